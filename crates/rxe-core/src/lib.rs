@@ -1,0 +1,10 @@
+//! rxe-core: the packet engine (`wire`) of the rxe software RoCE NIC.
+//!
+//! `wire` builds and parses every header that RoCE and native InfiniBand put
+//! on the wire, verifies and computes the ICRC and VCRC, and explains each
+//! field in words (the `describe` tables that `rxe dissect -v` prints).
+//! Everything here is pure: bytes in, bytes or values out.
+
+#![forbid(unsafe_code)]
+
+pub mod wire;
