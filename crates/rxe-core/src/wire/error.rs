@@ -3,6 +3,8 @@
 
 use core::fmt;
 
+use super::opcode::ExtHeader;
+
 /// The header (or trailer) in which a parse error was found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Layer {
@@ -106,6 +108,13 @@ pub enum ErrorKind {
     /// The variant CRC does not match.
     #[error("bad VCRC: computed {computed:#06x}, packet carries {carried:#06x}")]
     BadVcrc { computed: u16, carried: u16 },
+    /// Building a packet: the opcode needs this extended header, and the
+    /// `TransportRepr` has none.
+    #[error("opcode needs a {0:?} header, none was given")]
+    MissingHeader(ExtHeader),
+    /// Building a packet: the opcode carries no such extended header.
+    #[error("opcode carries no {0:?} header, one was given")]
+    UnexpectedHeader(ExtHeader),
     /// A header that etherparse rejected (IP/UDP/Ethernet level).
     #[error("malformed: {0}")]
     Malformed(&'static str),
@@ -147,6 +156,8 @@ impl Error {
             ErrorKind::LengthMismatch { .. } => "length_mismatch",
             ErrorKind::BadIcrc { .. } => "bad_icrc",
             ErrorKind::BadVcrc { .. } => "bad_vcrc",
+            ErrorKind::MissingHeader(_) => "missing_header",
+            ErrorKind::UnexpectedHeader(_) => "unexpected_header",
             ErrorKind::Malformed(_) => "malformed",
         }
     }

@@ -2,12 +2,45 @@
 //! bytes (`Bth<T>`, `Reth<T>` ...) and validated owned values (`BthRepr`,
 //! `RethRepr` ...) with `parse` and `emit`, in the style of smoltcp's `wire`.
 
+pub mod aeth;
+pub mod atomic_ack_eth;
+pub mod atomic_eth;
 pub mod bth;
+pub mod build;
+pub mod deth;
+pub mod dissect;
 pub mod error;
+pub mod feth;
 pub mod field;
+pub mod frame;
+pub mod grh;
+pub mod icrc;
+pub mod ieth;
+pub mod immdt;
+pub mod lrh;
+pub mod netfields;
 pub mod opcode;
+pub mod packet;
+pub mod rdeth;
+pub mod reth;
+pub mod vcrc;
+pub mod xrceth;
 
+pub use aeth::{Aeth, AethRepr, NakCode, Syndrome};
+pub use atomic_ack_eth::{AtomicAckEth, AtomicAckEthRepr};
+pub use atomic_eth::{AtomicEth, AtomicEthRepr};
 pub use bth::{Bth, BthRepr};
+pub use deth::{Deth, DethRepr};
 pub use error::{Error, ErrorKind, Layer, Result};
+pub use feth::{Feth, FethRepr};
 pub use field::{Describe, FieldSpec, FieldValue};
+pub use grh::{Grh, GrhRepr};
+pub use icrc::IcrcScope;
+pub use ieth::{Ieth, IethRepr};
+pub use immdt::{ImmDt, ImmDtRepr};
+pub use lrh::{Lnh, Lrh, LrhRepr};
 pub use opcode::{ExtHeader, Opcode, OpcodeInfo, Operation, PayloadRule, Position, Transport};
+pub use packet::{pad_for, ExtReprs, TransportPacket, TransportRepr};
+pub use rdeth::{Rdeth, RdethRepr};
+pub use reth::{Reth, RethRepr};
+pub use xrceth::{Xrceth, XrcethRepr};
