@@ -6,7 +6,6 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use rxe_core::wire::dissect::{dissect, Dissection, LayerView};
-use rxe_core::wire::frame::LinkType;
 use rxe_net::capture::CaptureReader;
 use serde_json::{json, Map, Value};
 
@@ -34,11 +33,8 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         .next_frame()
         .with_context(|| format!("reading {}", args.file.display()))?
     {
-        let Some(link) = LinkType::from_pcap(frame.link_type) else {
-            continue;
-        };
         let n = frame.number;
-        let d = match dissect(link, &frame.data) {
+        let d = match dissect(frame.link_type, &frame.data) {
             Ok(Some(d)) => d,
             Ok(None) => continue,
             Err(e) => {
@@ -136,7 +132,8 @@ fn write_tree(out: &mut impl Write, d: &Dissection<'_>) -> io::Result<()> {
         };
         writeln!(
             out,
-            "    VCRC: {v:#06x} (CRC-16 over LRH through ICRC): {verdict}"
+            "    VCRC: {} (CRC-16 over LRH through ICRC): {verdict}",
+            hex(v)
         )?;
     }
     for e in d.problems() {

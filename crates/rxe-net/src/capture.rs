@@ -51,72 +51,9 @@ use pcap_file::pcapng::blocks::{ENHANCED_PACKET_BLOCK, PACKET_BLOCK, SIMPLE_PACK
 use pcap_file::pcapng::{PcapNgReader, RawBlock};
 use pcap_file::{DataLink, Endianness, PcapError, TsResolution};
 
-/// The link layer of a capture's frames: what the first byte of [`Frame::data`] is.
-///
-/// The numbers are the LINKTYPE values of pcap and pcapng
-/// (<https://www.tcpdump.org/linktypes.html>).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum LinkType {
-    /// Ethernet II (1): how RoCEv2 is captured on a NIC.
-    Ethernet,
-    /// Raw IP, version 4 or 6 from the first nibble (101; also the old DLT_RAW values 12
-    /// and 14 found in some files).
-    RawIp,
-    /// Raw IPv4 only (228).
-    Ipv4,
-    /// Raw IPv6 only (229).
-    Ipv6,
-    /// Linux "cooked" capture v1 (113): `tcpdump -i any`.
-    LinuxSll,
-    /// Linux "cooked" capture v2 (276): `tcpdump -i any` on newer libpcap.
-    LinuxSll2,
-    /// InfiniBand (247): native IB packets starting with the LRH, e.g. from ibdump.
-    Infiniband,
-    /// Any other link type, by number. Never holds one of the numbers above.
-    Other(u32),
-}
-
-impl LinkType {
-    /// The link type for a LINKTYPE (or DLT) number.
-    pub fn from_number(n: u32) -> LinkType {
-        match n {
-            1 => LinkType::Ethernet,
-            101 | 12 | 14 => LinkType::RawIp,
-            228 => LinkType::Ipv4,
-            229 => LinkType::Ipv6,
-            113 => LinkType::LinuxSll,
-            276 => LinkType::LinuxSll2,
-            247 => LinkType::Infiniband,
-            n => LinkType::Other(n),
-        }
-    }
-
-    /// The LINKTYPE number written to a file (raw IP is written as 101).
-    pub fn number(self) -> u32 {
-        match self {
-            LinkType::Ethernet => 1,
-            LinkType::RawIp => 101,
-            LinkType::Ipv4 => 228,
-            LinkType::Ipv6 => 229,
-            LinkType::LinuxSll => 113,
-            LinkType::LinuxSll2 => 276,
-            LinkType::Infiniband => 247,
-            LinkType::Other(n) => n,
-        }
-    }
-}
-
-impl From<u32> for LinkType {
-    fn from(n: u32) -> LinkType {
-        LinkType::from_number(n)
-    }
-}
-
-impl From<LinkType> for u32 {
-    fn from(link: LinkType) -> u32 {
-        link.number()
-    }
-}
+/// The link layer of a capture's frames: the one type rxe-core's frame
+/// decoder takes, re-exported so that callers need not name both crates.
+pub use rxe_core::wire::frame::LinkType;
 
 /// One packet record of a capture.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -125,7 +62,7 @@ pub struct Frame {
     pub number: u64,
     /// The link layer of `data` (per interface in pcapng).
     pub link_type: LinkType,
-    /// Time since the Unix epoch.
+    /// Time since the Unix epoch (zero for a pcapng Simple Packet Block, which has none).
     pub timestamp: Duration,
     /// The bytes captured, starting with the link-layer header.
     pub data: Vec<u8>,
@@ -1093,20 +1030,18 @@ mod tests {
             .spb(b"simple!", 7) // interface 0, padded to 8 bytes
             .pb(1, 1_700_000_002_500_000_000, b"old packet block")
             .epb_with(0, 3_000_000, b"cut", 1500, &[(1, &[0xff, 0xfe])]); // non-UTF-8 comment
+                                                                          // if_tsoffset of 100 s, in the second section's byte order.
+        let tsoffset = if big {
+            100u64.to_le_bytes()
+        } else {
+            100u64.to_be_bytes()
+        };
         ng.shb_with(!big)
-            .idb(247, 0, &[(9, &[0x80 | 10]), (14, &100u64.to_be_bytes())])
-            .idb(228, 0, &[]);
-        let offset = if big { 100u64 } else { 100u64 << 56 }; // written in the other order
-        let _ = offset;
-        ng.epb(1, 5_000_000, b"ipv4").epb(0, 3 * 1024 + 512, b"ib");
-        let mut bytes = ng.bytes();
-        // if_tsoffset above was written big-endian; in a little-endian section rewrite it.
-        if big {
-            // Second section is little-endian: the 8 bytes must be little-endian too.
-            let be = 100u64.to_be_bytes();
-            let pos = bytes.windows(8).rposition(|w| w == be).unwrap();
-            bytes[pos..pos + 8].copy_from_slice(&100u64.to_le_bytes());
-        }
+            .idb(247, 0, &[(9, &[0x80 | 10]), (14, &tsoffset)]) // 2^-10 s units
+            .idb(228, 0, &[])
+            .epb(1, 5_000_000, b"ipv4")
+            .epb(0, 3 * 1024 + 512, b"ib");
+        let bytes = ng.bytes();
         let s = Duration::from_secs;
         let mut cut = frame(11, LinkType::Ethernet, Duration::from_secs(3), b"cut");
         cut.orig_len = 1500;

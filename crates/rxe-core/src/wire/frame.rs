@@ -30,36 +30,46 @@ const ETHERTYPE_QINQ: u16 = 0x88a8;
 /// GRH next header for IBA transport (IBTA 8.3.1).
 pub const GRH_NEXT_HEADER_IBA: u8 = 0x1b;
 
-/// How the frame begins (pcap LINKTYPE_* values).
+/// How a frame begins: the LINKTYPE values of pcap and pcapng
+/// (<https://www.tcpdump.org/linktypes.html>).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LinkType {
+    /// Ethernet II (1): how RoCEv2 and RoCEv1 are captured on a NIC.
     Ethernet,
-    /// Raw IP, version from the first nibble.
+    /// Raw IP, version from the first nibble (101; also the old DLT_RAW
+    /// values 12 and 14 found in some files).
     RawIp,
+    /// Raw IPv4 only (228).
     Ipv4,
+    /// Raw IPv6 only (229).
     Ipv6,
+    /// Linux cooked capture v1 (113): `tcpdump -i any`.
     LinuxSll,
+    /// Linux cooked capture v2 (276): `tcpdump -i any` on newer libpcap.
     LinuxSll2,
-    /// An InfiniBand packet starting with the LRH.
+    /// InfiniBand (247): native IB packets starting with the LRH.
     Infiniband,
+    /// Any other link type, by number; never one of the numbers above.
+    Other(u32),
 }
 
 impl LinkType {
-    /// Maps a pcap LINKTYPE number.
-    pub const fn from_pcap(linktype: u32) -> Option<LinkType> {
-        match linktype {
-            1 => Some(LinkType::Ethernet),
-            12 | 14 | 101 => Some(LinkType::RawIp),
-            228 => Some(LinkType::Ipv4),
-            229 => Some(LinkType::Ipv6),
-            113 => Some(LinkType::LinuxSll),
-            276 => Some(LinkType::LinuxSll2),
-            247 => Some(LinkType::Infiniband),
-            _ => None,
+    /// The link type for a LINKTYPE (or DLT) number.
+    pub const fn from_number(n: u32) -> LinkType {
+        match n {
+            1 => LinkType::Ethernet,
+            12 | 14 | 101 => LinkType::RawIp,
+            228 => LinkType::Ipv4,
+            229 => LinkType::Ipv6,
+            113 => LinkType::LinuxSll,
+            276 => LinkType::LinuxSll2,
+            247 => LinkType::Infiniband,
+            n => LinkType::Other(n),
         }
     }
 
-    pub const fn pcap_number(self) -> u32 {
+    /// The LINKTYPE number written to a file (raw IP is written as 101).
+    pub const fn number(self) -> u32 {
         match self {
             LinkType::Ethernet => 1,
             LinkType::RawIp => 101,
@@ -68,7 +78,20 @@ impl LinkType {
             LinkType::LinuxSll => 113,
             LinkType::LinuxSll2 => 276,
             LinkType::Infiniband => 247,
+            LinkType::Other(n) => n,
         }
+    }
+}
+
+impl From<u32> for LinkType {
+    fn from(n: u32) -> LinkType {
+        LinkType::from_number(n)
+    }
+}
+
+impl From<LinkType> for u32 {
+    fn from(link: LinkType) -> u32 {
+        link.number()
     }
 }
 
@@ -169,6 +192,7 @@ pub fn decode(link: LinkType, frame: &[u8]) -> Result<Option<RoceFrame<'_>>> {
         ib_packet: None,
     };
     let (ethertype, rest) = match link {
+        LinkType::Other(_) => return Ok(None),
         LinkType::Infiniband => return decode_ib(frame, out).map(Some),
         LinkType::RawIp => match frame.first().map(|b| b >> 4) {
             Some(4) => (ETHERTYPE_IPV4, frame),
@@ -367,4 +391,483 @@ fn decode_ib<'a>(buf: &'a [u8], mut out: RoceFrame<'a>) -> Result<RoceFrame<'a>>
     out.transport = &buf[at..end];
     out.ib_packet = Some(&buf[..end + vcrc::LEN]);
     Ok(out)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::wire::build::tests::{build, Built, Encap, ENCAPS, V4_DST, V4_SRC, V6_DST, V6_SRC};
+    use crate::wire::opcode::Opcode;
+    use crate::wire::packet::tests::{arb_packet, sample_packet};
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    pub(crate) const ALL_LINKS: [LinkType; 7] = [
+        LinkType::Ethernet,
+        LinkType::RawIp,
+        LinkType::Ipv4,
+        LinkType::Ipv6,
+        LinkType::LinuxSll,
+        LinkType::LinuxSll2,
+        LinkType::Infiniband,
+    ];
+
+    fn ethertype_of(b: &Built) -> u16 {
+        u16::from_be_bytes([b.bytes[12], b.bytes[13]])
+    }
+
+    /// The network-layer bytes (IP packet, or GRH onwards for RoCEv1).
+    fn after_ethernet(b: &Built) -> &[u8] {
+        match b.encap {
+            Encap::V4Raw => &b.bytes,
+            _ => &b.bytes[14..],
+        }
+    }
+
+    /// `b` as it would appear on every link type that can carry it.
+    pub(crate) fn on_every_link(b: &Built) -> Vec<(LinkType, Vec<u8>)> {
+        if matches!(b.encap, Encap::IbLocal | Encap::IbGlobal) {
+            return vec![(LinkType::Infiniband, b.bytes.clone())];
+        }
+        let ethertype = match b.encap {
+            Encap::V4Raw => ETHERTYPE_IPV4,
+            _ => ethertype_of(b),
+        };
+        let net = after_ethernet(b);
+        let mut out = Vec::new();
+        let mut eth = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1];
+        eth.extend(ethertype.to_be_bytes());
+        eth.extend(net);
+        out.push((LinkType::Ethernet, eth.clone()));
+        // One 802.1Q tag, then 802.1ad + 802.1Q.
+        let mut vlan = eth.clone();
+        vlan.splice(12..12, [0x81, 0x00, 0x20, 0x05]);
+        out.push((LinkType::Ethernet, vlan.clone()));
+        let mut qinq = vlan;
+        qinq.splice(12..12, [0x88, 0xa8, 0x00, 0x64]);
+        out.push((LinkType::Ethernet, qinq));
+        let mut sll = vec![0, 0, 0, 1, 0, 6, 2, 0, 0, 0, 0, 1, 0, 0];
+        sll.extend(ethertype.to_be_bytes());
+        sll.extend(net);
+        out.push((LinkType::LinuxSll, sll));
+        let mut sll2 = ethertype.to_be_bytes().to_vec();
+        sll2.extend([0, 0, 0, 0, 0, 0, 0, 2, 0, 1, 0, 6, 2, 0, 0, 0, 0, 1, 0, 0]);
+        sll2.truncate(20);
+        sll2.extend(net);
+        out.push((LinkType::LinuxSll2, sll2));
+        match ethertype {
+            ETHERTYPE_IPV4 => {
+                out.push((LinkType::RawIp, net.to_vec()));
+                out.push((LinkType::Ipv4, net.to_vec()));
+            }
+            ETHERTYPE_IPV6 => {
+                out.push((LinkType::RawIp, net.to_vec()));
+                out.push((LinkType::Ipv6, net.to_vec()));
+            }
+            _ => {}
+        }
+        out
+    }
+
+    fn send_only(encap: Encap) -> Built {
+        let (t, p) = sample_packet(Opcode::RC_SEND_ONLY.info().unwrap(), 10);
+        build(encap, &t, &p)
+    }
+
+    fn transport_of(b: &Built) -> &[u8] {
+        &b.bytes[b.bth..b.end]
+    }
+
+    #[test]
+    fn every_link_type_finds_the_transport() {
+        for e in ENCAPS {
+            let b = send_only(e);
+            for (link, f) in on_every_link(&b) {
+                let r = decode(link, &f).unwrap().unwrap();
+                assert_eq!(r.transport, transport_of(&b), "{e:?} on {link:?}");
+                let want_link = matches!(
+                    link,
+                    LinkType::Ethernet | LinkType::LinuxSll | LinkType::LinuxSll2
+                );
+                assert_eq!(r.link.is_some(), want_link);
+                if let Some((l, h)) = r.link {
+                    assert_eq!(l, link);
+                    assert_eq!(f.len() - h.len(), after_ethernet(&b).len());
+                }
+                let v4 = (IpAddr::from(V4_SRC), IpAddr::from(V4_DST));
+                let v6 = (IpAddr::from(V6_SRC), IpAddr::from(V6_DST));
+                match e {
+                    Encap::V4 | Encap::V4Raw => {
+                        assert_eq!(r.encapsulation, Encapsulation::RoceV2Ipv4);
+                        assert_eq!(r.addresses(), Some(v4));
+                        assert_eq!(r.ip.unwrap().len(), 20);
+                        assert_eq!(r.udp.unwrap().len(), 8);
+                    }
+                    Encap::V6 | Encap::V6Csum => {
+                        assert_eq!(r.encapsulation, Encapsulation::RoceV2Ipv6);
+                        assert_eq!(r.addresses(), Some(v6));
+                        assert_eq!(r.ip.unwrap().len(), 40);
+                    }
+                    Encap::V1 => {
+                        assert_eq!(r.encapsulation, Encapsulation::RoceV1);
+                        assert_eq!(r.addresses(), Some(v6));
+                        assert_eq!(r.grh.unwrap().len(), 40);
+                    }
+                    Encap::IbLocal => {
+                        assert_eq!(r.encapsulation, Encapsulation::Infiniband);
+                        assert_eq!(r.addresses(), None);
+                        assert_eq!(r.lids(), Some((1, 2)));
+                        assert_eq!(r.ib_packet, Some(&f[..]));
+                    }
+                    Encap::IbGlobal => {
+                        assert_eq!(r.addresses(), Some(v6));
+                        assert_eq!(r.lids(), Some((1, 2)));
+                        assert!(r.grh.is_some());
+                    }
+                }
+                crate::wire::icrc::verify(&r.icrc_scope(), r.transport).unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn pcap_link_numbers_round_trip() {
+        for l in ALL_LINKS {
+            assert_eq!(LinkType::from_pcap(l.pcap_number()), Some(l));
+        }
+        assert_eq!(LinkType::from_pcap(12), Some(LinkType::RawIp));
+        assert_eq!(LinkType::from_pcap(14), Some(LinkType::RawIp));
+        assert_eq!(LinkType::from_pcap(105), None);
+    }
+
+    #[test]
+    fn ethernet_padding_is_not_transport() {
+        let (t, p) = sample_packet(Opcode::RC_ACKNOWLEDGE.info().unwrap(), 0);
+        for e in [Encap::V4, Encap::V6, Encap::V1] {
+            let mut b = build(e, &t, &p);
+            let want = transport_of(&b).to_vec();
+            b.bytes.extend([0u8; 18]);
+            let r = decode(LinkType::Ethernet, &b.bytes).unwrap().unwrap();
+            assert_eq!(r.transport, &want[..], "{e:?}");
+        }
+    }
+
+    #[test]
+    fn other_protocols_are_not_roce() {
+        let b = send_only(Encap::V4);
+        // Another UDP destination port.
+        let mut f = b.bytes.clone();
+        f[36..38].copy_from_slice(&53u16.to_be_bytes());
+        assert_eq!(decode(LinkType::Ethernet, &f), Ok(None));
+        // But any source port.
+        let mut f = b.bytes.clone();
+        f[34..36].copy_from_slice(&4791u16.to_be_bytes());
+        assert!(decode(LinkType::Ethernet, &f).unwrap().is_some());
+        // TCP.
+        let mut f = b.bytes.clone();
+        f[23] = 6;
+        assert_eq!(decode(LinkType::Ethernet, &f), Ok(None));
+        // ARP.
+        let mut f = b.bytes.clone();
+        f[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
+        assert_eq!(decode(LinkType::Ethernet, &f), Ok(None));
+        // Raw IP that is neither 4 nor 6, and an empty frame.
+        assert_eq!(decode(LinkType::RawIp, &[0x50; 40]), Ok(None));
+        assert_eq!(decode(LinkType::RawIp, &[]), Ok(None));
+        // IPv6 carrying TCP.
+        let b6 = send_only(Encap::V6);
+        let mut f = b6.bytes.clone();
+        f[20] = 6;
+        assert_eq!(decode(LinkType::Ethernet, &f), Ok(None));
+    }
+
+    #[test]
+    fn truncated_link_headers() {
+        let b = send_only(Encap::V4);
+        for n in 0..14 {
+            assert_eq!(
+                decode(LinkType::Ethernet, &b.bytes[..n]),
+                Err(Error::truncated(Layer::Ethernet, 14, n))
+            );
+        }
+        // A VLAN tag with nothing after it.
+        let mut f = b.bytes[..14].to_vec();
+        f[12..14].copy_from_slice(&[0x81, 0x00]);
+        f.extend([0, 5]);
+        assert_eq!(
+            decode(LinkType::Ethernet, &f),
+            Err(Error::truncated(Layer::Ethernet, 18, 16))
+        );
+        assert_eq!(
+            decode(LinkType::LinuxSll, &[0; 15]),
+            Err(Error::truncated(Layer::LinuxSll, 16, 15))
+        );
+        assert_eq!(
+            decode(LinkType::LinuxSll2, &[0; 19]),
+            Err(Error::truncated(Layer::LinuxSll2, 20, 19))
+        );
+    }
+
+    #[test]
+    fn truncated_ip_and_udp() {
+        let b = send_only(Encap::V4Raw);
+        for n in 1..20 {
+            let e = decode(LinkType::RawIp, &b.bytes[..n]).unwrap_err();
+            assert_eq!(e.layer, Layer::Ipv4, "{n}");
+        }
+        // Header complete, the rest missing: the total length overruns.
+        for n in [20, 27, 28, 40, b.bytes.len() - 1] {
+            let e = decode(LinkType::RawIp, &b.bytes[..n]).unwrap_err();
+            assert_eq!(
+                e,
+                Error::truncated(Layer::Ipv4, b.bytes.len(), n),
+                "{n}"
+            );
+        }
+        let b6 = send_only(Encap::V6);
+        let ip6 = &b6.bytes[14..];
+        for n in [1, 39] {
+            assert_eq!(decode(LinkType::Ipv6, &ip6[..n]).unwrap_err().layer, Layer::Ipv6);
+        }
+        for n in [40, 47, 48, ip6.len() - 1] {
+            assert_eq!(
+                decode(LinkType::Ipv6, &ip6[..n]),
+                Err(Error::truncated(Layer::Ipv6, ip6.len(), n))
+            );
+        }
+    }
+
+    fn fix_ipv4_checksum(ip: &mut [u8]) {
+        ip[10] = 0;
+        ip[11] = 0;
+        let mut s: u32 = 0;
+        for w in ip[..20].chunks(2) {
+            s += u32::from(u16::from_be_bytes([w[0], w[1]]));
+        }
+        while s > 0xffff {
+            s = (s & 0xffff) + (s >> 16);
+        }
+        ip[10..12].copy_from_slice(&(!(s as u16)).to_be_bytes());
+    }
+
+    #[test]
+    fn bad_ip_and_udp_lengths() {
+        let b = send_only(Encap::V4Raw);
+        // Total length shorter than the header.
+        let mut f = b.bytes.clone();
+        f[2..4].copy_from_slice(&10u16.to_be_bytes());
+        fix_ipv4_checksum(&mut f);
+        assert_eq!(decode(LinkType::RawIp, &f).unwrap_err().layer, Layer::Ipv4);
+        // UDP length below 8.
+        let mut f = b.bytes.clone();
+        f[24..26].copy_from_slice(&7u16.to_be_bytes());
+        assert_eq!(
+            decode(LinkType::RawIp, &f),
+            Err(Error::new(
+                Layer::Udp,
+                ErrorKind::LengthMismatch {
+                    field: "Length",
+                    declared: 7,
+                    actual: 8
+                }
+            ))
+        );
+        // UDP length beyond the IP packet.
+        let mut f = b.bytes.clone();
+        let udp_len = u16::from_be_bytes([f[24], f[25]]);
+        f[24..26].copy_from_slice(&(udp_len + 4).to_be_bytes());
+        assert_eq!(
+            decode(LinkType::RawIp, &f),
+            Err(Error::truncated(
+                Layer::Udp,
+                usize::from(udp_len) + 4,
+                usize::from(udp_len)
+            ))
+        );
+        // A UDP length shorter than the IP packet bounds the transport.
+        let mut f = b.bytes.clone();
+        f[24..26].copy_from_slice(&(udp_len - 4).to_be_bytes());
+        let r = decode(LinkType::RawIp, &f).unwrap().unwrap();
+        assert_eq!(r.transport.len(), usize::from(udp_len) - 12);
+    }
+
+    #[test]
+    fn ipv4_fragments_are_refused() {
+        let b = send_only(Encap::V4Raw);
+        for (flags_off, what) in [(0x2000u16, "MF"), (0x4001, "offset"), (0x0010, "offset")] {
+            let mut f = b.bytes.clone();
+            f[6..8].copy_from_slice(&flags_off.to_be_bytes());
+            fix_ipv4_checksum(&mut f);
+            assert_eq!(
+                decode(LinkType::RawIp, &f),
+                Err(Error::new(Layer::Ipv4, ErrorKind::Malformed("IP fragment"))),
+                "{what}"
+            );
+        }
+    }
+
+    #[test]
+    fn ipv4_options_are_skipped() {
+        let b = send_only(Encap::V4Raw);
+        let mut f = b.bytes[..20].to_vec();
+        f[0] = 0x46; // IHL 6
+        f.extend([1, 1, 1, 0]); // NOP NOP NOP EOL
+        f.extend(&b.bytes[20..]);
+        let total = u16::try_from(f.len()).unwrap();
+        f[2..4].copy_from_slice(&total.to_be_bytes());
+        fix_ipv4_checksum(&mut f[..24]);
+        let r = decode(LinkType::RawIp, &f).unwrap().unwrap();
+        assert_eq!(r.ip.unwrap().len(), 24);
+        assert_eq!(r.transport, transport_of(&b));
+        // The ICRC covers the options, so the old one no longer matches.
+        assert!(crate::wire::icrc::verify(&r.icrc_scope(), r.transport).is_err());
+    }
+
+    #[test]
+    fn roce_v1_grh_errors() {
+        let b = send_only(Encap::V1);
+        let mut f = b.bytes.clone();
+        f[14 + 6] = 0x11;
+        assert_eq!(
+            decode(LinkType::Ethernet, &f),
+            Err(Error::bad_field(Layer::Grh, "NxtHdr", 0x11))
+        );
+        let mut f = b.bytes.clone();
+        f[14] = 0x40;
+        assert_eq!(
+            decode(LinkType::Ethernet, &f),
+            Err(Error::bad_field(Layer::Grh, "IPVer", 4))
+        );
+        let n = b.bytes.len();
+        assert_eq!(
+            decode(LinkType::Ethernet, &b.bytes[..n - 1]),
+            Err(Error::truncated(Layer::Grh, n - 14, n - 15))
+        );
+        assert_eq!(
+            decode(LinkType::Ethernet, &b.bytes[..30]),
+            Err(Error::truncated(Layer::Grh, 40, 16))
+        );
+    }
+
+    #[test]
+    fn infiniband_lrh_errors() {
+        let b = send_only(Encap::IbLocal);
+        for lnh in [0u8, 1] {
+            let mut f = b.bytes.clone();
+            f[1] = (f[1] & !3) | lnh;
+            assert_eq!(
+                decode(LinkType::Infiniband, &f),
+                Err(Error::bad_field(Layer::Lrh, "LNH", u64::from(lnh)))
+            );
+        }
+        let mut f = b.bytes.clone();
+        f[0] |= 1;
+        assert_eq!(
+            decode(LinkType::Infiniband, &f),
+            Err(Error::bad_field(Layer::Lrh, "LVer", 1))
+        );
+        // PktLen longer than the bytes.
+        let n = b.bytes.len();
+        assert_eq!(
+            decode(LinkType::Infiniband, &b.bytes[..n - 1]),
+            Err(Error::truncated(Layer::Lrh, n, n - 1))
+        );
+        // PktLen shorter than the LRH.
+        let mut f = b.bytes.clone();
+        f[4..6].copy_from_slice(&1u16.to_be_bytes());
+        assert_eq!(
+            decode(LinkType::Infiniband, &f),
+            Err(Error::new(
+                Layer::Lrh,
+                ErrorKind::LengthMismatch {
+                    field: "PktLen",
+                    declared: 4,
+                    actual: 8
+                }
+            ))
+        );
+        for n in 0..8 {
+            assert_eq!(
+                decode(LinkType::Infiniband, &b.bytes[..n]),
+                Err(Error::truncated(Layer::Lrh, 8, n))
+            );
+        }
+        let g = send_only(Encap::IbGlobal);
+        let mut f = g.bytes.clone();
+        f[8 + 6] = 0x3b;
+        assert_eq!(
+            decode(LinkType::Infiniband, &f),
+            Err(Error::bad_field(Layer::Grh, "NxtHdr", 0x3b))
+        );
+        // PktLen that ends inside the GRH.
+        let mut f = g.bytes.clone();
+        f[4..6].copy_from_slice(&4u16.to_be_bytes());
+        assert_eq!(
+            decode(LinkType::Infiniband, &f).unwrap_err().kind,
+            ErrorKind::LengthMismatch {
+                field: "PktLen",
+                declared: 16,
+                actual: 48
+            }
+        );
+    }
+
+    /// Everything a caller may do with a decoded frame.
+    fn exercise(r: &RoceFrame<'_>, input: &[u8]) {
+        let inside = |s: &[u8]| {
+            let a = input.as_ptr() as usize;
+            let p = s.as_ptr() as usize;
+            s.is_empty() || (p >= a && p + s.len() <= a + input.len())
+        };
+        assert!(inside(r.transport));
+        for s in [r.ip, r.udp, r.lrh, r.grh, r.ib_packet].into_iter().flatten() {
+            assert!(inside(s));
+        }
+        let _ = r.addresses();
+        let _ = r.lids();
+        let _ = crate::wire::icrc::verify(&r.icrc_scope(), r.transport);
+    }
+
+    proptest! {
+        #[test]
+        fn decode_never_panics_on_arbitrary_bytes(bytes in vec(any::<u8>(), 0..200)) {
+            for link in ALL_LINKS {
+                if let Ok(Some(r)) = decode(link, &bytes) {
+                    exercise(&r, &bytes);
+                }
+            }
+        }
+
+        #[test]
+        fn decode_never_panics_on_mutated_frames(
+            (t, p) in arb_packet(),
+            e in proptest::sample::select(ENCAPS.to_vec()),
+            which in any::<prop::sample::Index>(),
+            edits in vec((any::<prop::sample::Index>(), 1u8..=255), 1..3),
+            cut in any::<prop::sample::Index>(),
+        ) {
+            let b = build(e, &t, &p);
+            let links = on_every_link(&b);
+            let (link, mut f) = links[which.index(links.len())].clone();
+            let r = decode(link, &f).unwrap().unwrap();
+            prop_assert_eq!(r.transport, transport_of(&b));
+            for (at, x) in edits {
+                let i = at.index(f.len());
+                f[i] ^= x;
+            }
+            if let Ok(Some(r)) = decode(link, &f) {
+                exercise(&r, &f);
+            }
+            let n = cut.index(f.len() + 1);
+            if let Ok(Some(r)) = decode(link, &f[..n]) {
+                exercise(&r, &f[..n]);
+            }
+            // Every other link type over the same bytes.
+            for other in ALL_LINKS {
+                if let Ok(Some(r)) = decode(other, &f) {
+                    exercise(&r, &f);
+                }
+            }
+        }
+    }
 }

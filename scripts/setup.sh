@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs what rxe's tests need on a fresh Debian 12 machine: tshark (the
+# tests check that Wireshark's dissector reads what rxe builds). The Rust
+# toolchain is expected to be there (rustup).
+set -euo pipefail
+
+need_apt=()
+command -v tshark >/dev/null 2>&1 || need_apt+=(tshark)
+if [ ${#need_apt[@]} -gt 0 ]; then
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    # wireshark-common asks whether non-root users may capture: answer no.
+    echo "wireshark-common wireshark-common/install-setuid boolean false" | $sudo debconf-set-selections
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+command -v cargo >/dev/null 2>&1 || { echo "setup: cargo not found; install Rust with rustup" >&2; exit 1; }

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The test command: installs what the tests need, then format, lints and
+# every test in the workspace.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
+cargo test --workspace
