@@ -22,7 +22,11 @@ fn captures() -> Vec<PathBuf> {
         .filter(|p| p.extension().is_some_and(|e| e == "pcap" || e == "pcapng"))
         .collect();
     v.sort();
-    assert!(v.len() >= 12, "expected the 12 golden captures, found {}", v.len());
+    assert!(
+        v.len() >= 12,
+        "expected the 12 golden captures, found {}",
+        v.len()
+    );
     v
 }
 
@@ -59,10 +63,20 @@ fn every_packet_parses_verifies_and_matches_tshark() {
             let d = dissect(link, &data)
                 .unwrap_or_else(|e| panic!("{}: frame {n}: {e}", path.display()))
                 .unwrap_or_else(|| panic!("{}: frame {n} not found to be RoCE", path.display()));
-            assert!(d.is_good(), "{}: frame {n}: {:?}", path.display(), d.problems());
+            assert!(
+                d.is_good(),
+                "{}: frame {n}: {:?}",
+                path.display(),
+                d.problems()
+            );
             let p = d.packet.unwrap();
             let b = p.repr.bth;
-            ours.push([n, u64::from(b.opcode.0), u64::from(b.dest_qp), u64::from(b.psn)]);
+            ours.push([
+                n,
+                u64::from(b.opcode.0),
+                u64::from(b.dest_qp),
+                u64::from(b.psn),
+            ]);
         }
         let theirs = tshark_rows(&path);
         assert_eq!(ours.len(), theirs.len(), "{}", path.display());
@@ -83,7 +97,11 @@ fn samples() -> Vec<(String, u64, Vec<u8>)> {
             assert_eq!(link, LinkType::Ethernet);
             let op = data[42];
             if seen.insert(op) {
-                out.push((path.file_name().unwrap().to_string_lossy().into_owned(), n, data));
+                out.push((
+                    path.file_name().unwrap().to_string_lossy().into_owned(),
+                    n,
+                    data,
+                ));
             }
         }
     }
@@ -111,7 +129,10 @@ fn any_changed_covered_byte_makes_the_verdict_bad() {
             for x in [0x01u8, 0x80, 0xff] {
                 let mut d = data.clone();
                 d[at] ^= x;
-                assert!(!verdict_good(&d), "{file} frame {n}: byte {at} ^ {x:#x} went unnoticed");
+                assert!(
+                    !verdict_good(&d),
+                    "{file} frame {n}: byte {at} ^ {x:#x} went unnoticed"
+                );
             }
         }
         // Covered IP fields: the Identification and the addresses.
@@ -132,7 +153,10 @@ fn masked_fields_leave_the_icrc_good() {
             for v in [0x00u8, 0x5a, 0xff] {
                 let mut d = data.clone();
                 d[at] = v;
-                assert!(verdict_good(&d), "{file} frame {n}: masked byte {at} = {v:#x} broke the verdict");
+                assert!(
+                    verdict_good(&d),
+                    "{file} frame {n}: masked byte {at} = {v:#x} broke the verdict"
+                );
             }
         }
     }

@@ -8,7 +8,10 @@ fn captures() -> PathBuf {
 }
 
 fn rxe(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rxe")).args(args).output().unwrap()
+    Command::new(env!("CARGO_BIN_EXE_rxe"))
+        .args(args)
+        .output()
+        .unwrap()
 }
 
 fn tmp(name: &str, bytes: &[u8]) -> PathBuf {
@@ -28,9 +31,17 @@ fn one_line_per_roce_packet() {
     let out = String::from_utf8(o.stdout).unwrap();
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 534);
-    assert!(lines[0].contains("RC SEND First") && lines[0].contains("psn=6539717"), "{}", lines[0]);
+    assert!(
+        lines[0].contains("RC SEND First") && lines[0].contains("psn=6539717"),
+        "{}",
+        lines[0]
+    );
     assert!(lines[0].contains("icrc=ok"));
-    assert!(lines[4].contains("RC Acknowledge") && lines[4].contains("ACK msn=1"), "{}", lines[4]);
+    assert!(
+        lines[4].contains("RC Acknowledge") && lines[4].contains("ACK msn=1"),
+        "{}",
+        lines[4]
+    );
 }
 
 #[test]
@@ -38,7 +49,17 @@ fn verbose_explains_fields() {
     let o = rxe(&["dissect", "-v", &cap("ud_pingpong.pcap")]);
     assert!(o.status.success());
     let out = String::from_utf8(o.stdout).unwrap();
-    for needle in ["BTH @42", "DETH @54", "Q_Key", "SrcQP", "OpCode", "UD SEND Only", "ICRC @", "verified", "10.99.0."] {
+    for needle in [
+        "BTH @42",
+        "DETH @54",
+        "Q_Key",
+        "SrcQP",
+        "OpCode",
+        "UD SEND Only",
+        "ICRC @",
+        "verified",
+        "10.99.0.",
+    ] {
         assert!(out.contains(needle), "missing {needle:?}");
     }
 }
@@ -61,7 +82,9 @@ fn json_has_the_required_keys() {
         let op = v["opcode"].as_u64().unwrap();
         match op {
             0x14 => assert!(v["headers"]["atomic_eth"]["rkey"].is_u64()),
-            0x12 => assert!(v["headers"]["atomic_ack_eth"].is_object() && v["headers"]["aeth"].is_object()),
+            0x12 => assert!(
+                v["headers"]["atomic_ack_eth"].is_object() && v["headers"]["aeth"].is_object()
+            ),
             _ => panic!("unexpected opcode {op}"),
         }
     }
@@ -92,7 +115,10 @@ fn check_passes_good_and_names_bad_packets() {
 
 #[test]
 fn files_that_are_not_captures_fail_cleanly() {
-    let not = tmp("not.pcap", b"this is not a capture file at all, not even close");
+    let not = tmp(
+        "not.pcap",
+        b"this is not a capture file at all, not even close",
+    );
     let empty = tmp("empty.pcap", b"");
     let whole = std::fs::read(cap("rping.pcap")).unwrap();
     let cut = tmp("cut.pcap", &whole[..whole.len() - 7]);

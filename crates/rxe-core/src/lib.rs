@@ -4,7 +4,12 @@
 //! on the wire, verifies and computes the ICRC and VCRC, and explains each
 //! field in words (the `describe` tables that `rxe dissect -v` prints).
 //! Everything here is pure: bytes in, bytes or values out.
+//!
+//! `transport` is the sans-IO transport engine that will drive QPs from
+//! packets and time values; so far it has PSN arithmetic and the QP state
+//! machine (Modify QP as a pure function).
 
 #![forbid(unsafe_code)]
 
+pub mod transport;
 pub mod wire;

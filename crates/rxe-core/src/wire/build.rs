@@ -388,7 +388,7 @@ pub(crate) mod tests {
             vl: 3,
             lver: 0,
             sl: 5,
-            lnh: Lnh::Raw,     // set by the builder
+            lnh: Lnh::Raw, // set by the builder
             dlid: 0x0002,
             pkt_len_words: 0, // set by the builder
             slid: 0x0001,
@@ -453,7 +453,12 @@ pub(crate) mod tests {
         match b.encap {
             Encap::V4 | Encap::V4Raw => {
                 let ip = b.net.unwrap();
-                v.extend([(ip + 1, 0xff), (ip + 8, 0xff), (ip + 10, 0xff), (ip + 11, 0xff)]);
+                v.extend([
+                    (ip + 1, 0xff),
+                    (ip + 8, 0xff),
+                    (ip + 10, 0xff),
+                    (ip + 11, 0xff),
+                ]);
             }
             Encap::V6 | Encap::V6Csum | Encap::V1 | Encap::IbGlobal => {
                 let ip = b.net.unwrap();
@@ -539,12 +544,7 @@ pub(crate) mod tests {
                     assert_ne!(csum, 0);
                     let len = ((8 + tlen) as u32).to_be_bytes();
                     let pseudo_tail = [0, 0, 0, 17];
-                    let sum = ones_complement_sum(&[
-                        &ip[8..40],
-                        &len,
-                        &pseudo_tail,
-                        &f[54..],
-                    ]);
+                    let sum = ones_complement_sum(&[&ip[8..40], &len, &pseudo_tail, &f[54..]]);
                     assert_eq!(sum, 0xffff, "UDP checksum over IPv6");
                 }
             }
@@ -722,7 +722,14 @@ pub(crate) mod tests {
         let g = build(Encap::IbGlobal, &t, &p);
         let l = build(Encap::IbLocal, &t, &p);
         // VL (byte 0 high nibble), SL (byte 1 high nibble), DLID, SLID.
-        for (at, x) in [(0usize, 0x70u8), (1, 0x30), (2, 1), (3, 0x80), (6, 4), (7, 1)] {
+        for (at, x) in [
+            (0usize, 0x70u8),
+            (1, 0x30),
+            (2, 1),
+            (3, 0x80),
+            (6, 4),
+            (7, 1),
+        ] {
             let mut f = g.bytes.clone();
             f[at] ^= x;
             let d = dissect(LinkType::Infiniband, &f).unwrap().unwrap();

@@ -21,7 +21,7 @@ use super::lrh::Lrh;
 use super::netfields::{
     EthernetFields, Ipv4Fields, Ipv6Fields, LinuxSll2Fields, LinuxSllFields, UdpFields, VlanFields,
 };
-use super::opcode::ExtHeader;
+use super::opcode::{ExtHeader, PayloadRule};
 use super::packet::{TransportPacket, TransportRepr};
 use super::rdeth::Rdeth;
 use super::reth::Reth;
@@ -295,7 +295,9 @@ fn summarize_packet(s: &mut String, p: &TransportPacket<'_>) {
     if let Some(x) = e.ieth {
         let _ = write!(s, " inv_rkey={:#x}", x.rkey);
     }
-    let _ = write!(s, " len={}", r.payload_len);
+    if p.info.payload != PayloadRule::None {
+        let _ = write!(s, " len={}", r.payload_len);
+    }
 }
 
 /// An AETH syndrome in a few words, for the summary line.
@@ -313,5 +315,230 @@ pub fn syndrome_words(syn: Syndrome) -> String {
             NakCode::Reserved(c) => format!("NAK(reserved code {c})"),
         },
         Syndrome::Reserved(raw) => format!("reserved syndrome {raw:#04x}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::aeth::AethRepr;
+    use crate::wire::build::tests::{build, Encap, ENCAPS};
+    use crate::wire::frame::tests::{on_every_link, ALL_LINKS};
+    use crate::wire::opcode::{self, Opcode};
+    use crate::wire::packet::tests::{arb_packet, sample_packet};
+    use crate::wire::ErrorKind;
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    fn outer_names(e: Encap) -> &'static [&'static str] {
+        match e {
+            Encap::V4 => &["Ethernet", "IPv4", "UDP"],
+            Encap::V4Raw => &["IPv4", "UDP"],
+            Encap::V6 | Encap::V6Csum => &["Ethernet", "IPv6", "UDP"],
+            Encap::V1 => &["Ethernet", "GRH"],
+            Encap::IbLocal => &["LRH"],
+            Encap::IbGlobal => &["LRH", "GRH"],
+        }
+    }
+
+    #[test]
+    fn layers_name_every_header_in_order() {
+        for info in opcode::all() {
+            let (t, p) = sample_packet(info, 7);
+            for e in ENCAPS {
+                let b = build(e, &t, &p);
+                let d = dissect(b.link, &b.bytes).unwrap().unwrap();
+                let layers = d.layers();
+                let names: Vec<&str> = layers.iter().map(|l| l.name).collect();
+                let mut want: Vec<&str> = outer_names(e).to_vec();
+                want.push("BTH");
+                want.extend(info.headers.as_slice().iter().map(|h| h.layer().name()));
+                assert_eq!(names, want, "{e:?} {:#04x}", info.opcode);
+                // Contiguous from the start of the frame to the payload.
+                let mut at = 0;
+                for l in &layers {
+                    assert_eq!(l.offset, at, "{e:?} {}", l.name);
+                    assert_eq!(&b.bytes[l.offset..l.offset + l.bytes.len()], l.bytes);
+                    assert!(!l.fields.is_empty());
+                    at += l.bytes.len();
+                }
+                assert_eq!(at, b.bth + info.header_len());
+                let bth = layers.iter().find(|l| l.key == "bth").unwrap();
+                assert_eq!(bth.fields[0].raw, u128::from(info.opcode));
+                assert_eq!(
+                    d.carried_icrc(),
+                    crate::wire::icrc::carried(&b.bytes[..b.end])
+                );
+                assert!(d.problems().is_empty());
+            }
+        }
+    }
+
+    #[test]
+    fn summary_lines() {
+        let ack = Opcode::RC_ACKNOWLEDGE.info().unwrap();
+        let (t, p) = sample_packet(ack, 0);
+        let b = build(Encap::V4, &t, &p);
+        let d = dissect(b.link, &b.bytes).unwrap().unwrap();
+        assert_eq!(
+            d.summary(),
+            "10.0.0.1 > 10.0.0.2 RC Acknowledge qp=0x1234 psn=43981 ackreq \
+             ACK credits=5 msn=258 icrc=ok"
+        );
+        let b = build(Encap::IbLocal, &t, &p);
+        let d = dissect(b.link, &b.bytes).unwrap().unwrap();
+        assert_eq!(
+            d.summary(),
+            "LID 1 > LID 2 [InfiniBand] RC Acknowledge qp=0x1234 psn=43981 ackreq \
+             ACK credits=5 msn=258 icrc=ok vcrc=ok"
+        );
+        let ud = Opcode::UD_SEND_ONLY_WITH_IMMEDIATE.info().unwrap();
+        let (mut t, p) = sample_packet(ud, 3);
+        t.bth.fecn = true;
+        t.bth.pkey = 0x8001;
+        let b = build(Encap::V6, &t, &p);
+        let d = dissect(b.link, &b.bytes).unwrap().unwrap();
+        assert_eq!(
+            d.summary(),
+            "fd00::1 > fd00::2 [RoCEv2/IPv6] UD SEND Only with Immediate qp=0x1234 psn=43981 \
+             ackreq ecn=F pkey=0x8001 qkey=0x11112222 src_qp=0xa0b imm=0x12345678 len=3 icrc=ok"
+        );
+        // Every syndrome kind has words.
+        for (syn, words) in [
+            (Syndrome::Ack { credits: 31 }, "ACK"),
+            (Syndrome::RnrNak { timer: 14 }, "RNR-NAK timer=14"),
+            (
+                Syndrome::Nak(NakCode::PsnSequenceError),
+                "NAK(PSN sequence error)",
+            ),
+            (
+                Syndrome::Nak(NakCode::RemoteAccessError),
+                "NAK(remote access error)",
+            ),
+            (Syndrome::Nak(NakCode::Reserved(9)), "NAK(reserved code 9)"),
+            (Syndrome::Reserved(0x40), "reserved syndrome 0x40"),
+        ] {
+            let (mut t, p) = sample_packet(ack, 0);
+            t.ext.aeth = Some(AethRepr {
+                syndrome: syn,
+                msn: 7,
+            });
+            let b = build(Encap::V4, &t, &p);
+            let d = dissect(b.link, &b.bytes).unwrap().unwrap();
+            assert!(
+                d.summary().contains(&format!(" {words} msn=7 ")),
+                "{}",
+                d.summary()
+            );
+        }
+    }
+
+    #[test]
+    fn bad_packets_say_so() {
+        let (t, p) = sample_packet(Opcode::RC_RDMA_WRITE_ONLY.info().unwrap(), 16);
+        let b = build(Encap::V4, &t, &p);
+        // A payload byte: parses, ICRC bad.
+        let mut f = b.bytes.clone();
+        f[b.end - 6] ^= 1;
+        let d = dissect(b.link, &f).unwrap().unwrap();
+        assert!(!d.is_good());
+        assert!(d.packet.is_ok());
+        assert!(d.summary().ends_with("len=16 icrc=BAD"), "{}", d.summary());
+        assert_eq!(d.problems().len(), 1);
+        assert!(matches!(d.problems()[0].kind, ErrorKind::BadIcrc { .. }));
+        // TVer: does not parse, and the ICRC is bad too.
+        let mut f = b.bytes.clone();
+        f[b.bth + 1] |= 1;
+        let d = dissect(b.link, &f).unwrap().unwrap();
+        assert!(
+            d.summary().contains("MALFORMED (BTH: field TVer"),
+            "{}",
+            d.summary()
+        );
+        assert!(d.summary().ends_with("icrc=BAD"));
+        assert_eq!(d.problems().len(), 2);
+        assert_eq!(d.payload(), None);
+        // Without a parse, only the BTH is described.
+        assert_eq!(d.layers().last().unwrap().name, "BTH");
+        // IB: a bad VCRC alone.
+        let b = build(Encap::IbLocal, &t, &p);
+        let mut f = b.bytes.clone();
+        let n = f.len();
+        f[n - 1] ^= 0x10;
+        let d = dissect(b.link, &f).unwrap().unwrap();
+        assert!(d.icrc.is_ok() && d.packet.is_ok());
+        assert!(!d.is_good());
+        assert!(d.summary().ends_with("icrc=ok vcrc=BAD"));
+        // Transports too short to hold a BTH, or even an ICRC.
+        let b4 = build(Encap::V4Raw, &t, &p);
+        for tlen in [2u16, 6] {
+            let mut g = b4.bytes[..usize::from(28 + tlen)].to_vec();
+            g[2..4].copy_from_slice(&(28 + tlen).to_be_bytes());
+            g[24..26].copy_from_slice(&(8 + tlen).to_be_bytes());
+            let d = dissect(LinkType::RawIp, &g).unwrap().unwrap();
+            assert_eq!(d.carried_icrc().is_some(), tlen >= 4);
+            assert!(!d.is_good());
+            assert!(d.summary().contains("MALFORMED (BTH: truncated"));
+            assert_eq!(d.layers().last().unwrap().name, "UDP");
+        }
+    }
+
+    #[test]
+    fn not_roce_is_none() {
+        assert!(dissect(LinkType::Ethernet, &[0; 60]).unwrap().is_none());
+        assert!(dissect(LinkType::Other(42), &[0; 60]).unwrap().is_none());
+        assert!(dissect(LinkType::Ethernet, &[0; 10]).is_err());
+    }
+
+    fn exercise(d: &Dissection<'_>) {
+        let _ = d.is_good();
+        let _ = d.problems();
+        let _ = d.payload();
+        let _ = d.carried_icrc();
+        assert!(!d.summary().is_empty());
+        for l in d.layers() {
+            assert!(l.offset + l.bytes.len() <= d.data.len());
+            for f in &l.fields {
+                let _ = f.bit_string();
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn dissect_never_panics_on_arbitrary_bytes(bytes in vec(any::<u8>(), 0..200)) {
+            for link in ALL_LINKS {
+                if let Ok(Some(d)) = dissect(link, &bytes) {
+                    exercise(&d);
+                }
+            }
+        }
+
+        #[test]
+        fn dissect_never_panics_on_mutated_packets(
+            (t, p) in arb_packet(),
+            e in proptest::sample::select(ENCAPS.to_vec()),
+            which in any::<prop::sample::Index>(),
+            at in any::<prop::sample::Index>(),
+            x in 1u8..=255,
+            cut in any::<prop::sample::Index>(),
+        ) {
+            let b = build(e, &t, &p);
+            let links = on_every_link(&b);
+            let (link, mut f) = links[which.index(links.len())].clone();
+            let d = dissect(link, &f).unwrap().unwrap();
+            prop_assert!(d.is_good());
+            prop_assert_eq!(d.packet.as_ref().unwrap().repr, t);
+            exercise(&d);
+            let i = at.index(f.len());
+            f[i] ^= x;
+            if let Ok(Some(d)) = dissect(link, &f) {
+                exercise(&d);
+            }
+            let n = cut.index(f.len() + 1);
+            if let Ok(Some(d)) = dissect(link, &f[..n]) {
+                exercise(&d);
+            }
+        }
     }
 }

@@ -402,7 +402,7 @@ pub(crate) mod tests {
     use proptest::collection::vec;
     use proptest::prelude::*;
 
-    pub(crate) const ALL_LINKS: [LinkType; 7] = [
+    pub(crate) const ALL_LINKS: [LinkType; 8] = [
         LinkType::Ethernet,
         LinkType::RawIp,
         LinkType::Ipv4,
@@ -410,6 +410,7 @@ pub(crate) mod tests {
         LinkType::LinuxSll,
         LinkType::LinuxSll2,
         LinkType::Infiniband,
+        LinkType::Other(105),
     ];
 
     fn ethertype_of(b: &Built) -> u16 {
@@ -533,11 +534,14 @@ pub(crate) mod tests {
     #[test]
     fn pcap_link_numbers_round_trip() {
         for l in ALL_LINKS {
-            assert_eq!(LinkType::from_pcap(l.pcap_number()), Some(l));
+            assert_eq!(LinkType::from_number(l.number()), l);
         }
-        assert_eq!(LinkType::from_pcap(12), Some(LinkType::RawIp));
-        assert_eq!(LinkType::from_pcap(14), Some(LinkType::RawIp));
-        assert_eq!(LinkType::from_pcap(105), None);
+        assert_eq!(LinkType::from_number(12), LinkType::RawIp);
+        assert_eq!(LinkType::from_number(14), LinkType::RawIp);
+        assert_eq!(LinkType::from_number(105), LinkType::Other(105));
+        // A link type we do not decode is never RoCE.
+        let b = send_only(Encap::V4);
+        assert_eq!(decode(LinkType::Other(105), &b.bytes), Ok(None));
     }
 
     #[test]
@@ -618,16 +622,15 @@ pub(crate) mod tests {
         // Header complete, the rest missing: the total length overruns.
         for n in [20, 27, 28, 40, b.bytes.len() - 1] {
             let e = decode(LinkType::RawIp, &b.bytes[..n]).unwrap_err();
-            assert_eq!(
-                e,
-                Error::truncated(Layer::Ipv4, b.bytes.len(), n),
-                "{n}"
-            );
+            assert_eq!(e, Error::truncated(Layer::Ipv4, b.bytes.len(), n), "{n}");
         }
         let b6 = send_only(Encap::V6);
         let ip6 = &b6.bytes[14..];
         for n in [1, 39] {
-            assert_eq!(decode(LinkType::Ipv6, &ip6[..n]).unwrap_err().layer, Layer::Ipv6);
+            assert_eq!(
+                decode(LinkType::Ipv6, &ip6[..n]).unwrap_err().layer,
+                Layer::Ipv6
+            );
         }
         for n in [40, 47, 48, ip6.len() - 1] {
             assert_eq!(
@@ -820,7 +823,10 @@ pub(crate) mod tests {
             s.is_empty() || (p >= a && p + s.len() <= a + input.len())
         };
         assert!(inside(r.transport));
-        for s in [r.ip, r.udp, r.lrh, r.grh, r.ib_packet].into_iter().flatten() {
+        for s in [r.ip, r.udp, r.lrh, r.grh, r.ib_packet]
+            .into_iter()
+            .flatten()
+        {
             assert!(inside(s));
         }
         let _ = r.addresses();

@@ -77,6 +77,7 @@ pub enum ExtHeader {
 
 impl ExtHeader {
     /// Wire length in bytes.
+    #[allow(clippy::len_without_is_empty)] // a header is never empty
     pub const fn len(self) -> usize {
         match self {
             ExtHeader::Rdeth => 4,

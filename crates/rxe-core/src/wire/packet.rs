@@ -324,7 +324,18 @@ pub(crate) mod tests {
             (0u8..4, 0u8..16),
         )
             .prop_map(
-                |(ee, (qkey, src_qp), srq, (va, rkey, len), (ava, arkey, sa, cmp), (syn, msn), orig, imm, inv, (sel, plt))| {
+                |(
+                    ee,
+                    (qkey, src_qp),
+                    srq,
+                    (va, rkey, len),
+                    (ava, arkey, sa, cmp),
+                    (syn, msn),
+                    orig,
+                    imm,
+                    inv,
+                    (sel, plt),
+                )| {
                     ExtReprs {
                         rdeth: Some(RdethRepr { ee_context: ee }),
                         deth: Some(DethRepr { qkey, src_qp }),
@@ -452,8 +463,13 @@ pub(crate) mod tests {
     }
 
     fn arb_bth(opcode: Opcode) -> impl Strategy<Value = BthRepr> {
-        (any::<[bool; 6]>(), any::<u16>(), 0u32..1 << 24, 0u32..1 << 24).prop_map(
-            move |(f, pkey, dest_qp, psn)| BthRepr {
+        (
+            any::<[bool; 6]>(),
+            any::<u16>(),
+            0u32..1 << 24,
+            0u32..1 << 24,
+        )
+            .prop_map(move |(f, pkey, dest_qp, psn)| BthRepr {
                 opcode,
                 solicited: f[0],
                 mig_req: f[1],
@@ -464,8 +480,7 @@ pub(crate) mod tests {
                 dest_qp,
                 ack_req: f[4],
                 psn,
-            },
-        )
+            })
     }
 
     fn arb_len(rule: PayloadRule) -> BoxedStrategy<usize> {
@@ -582,7 +597,11 @@ pub(crate) mod tests {
                 assert!(matches!(e.kind, ErrorKind::Truncated { .. }));
             }
         }
-        assert_eq!(seen.len(), ExtReprs::ALL.len(), "every header kind: {seen:?}");
+        assert_eq!(
+            seen.len(),
+            ExtReprs::ALL.len(),
+            "every header kind: {seen:?}"
+        );
     }
 
     #[test]
@@ -685,7 +704,11 @@ pub(crate) mod tests {
                 info.opcode
             );
         }
-        for op in [Opcode::RC_SEND_FIRST, Opcode::RC_SEND_MIDDLE, Opcode::UC_SEND_FIRST] {
+        for op in [
+            Opcode::RC_SEND_FIRST,
+            Opcode::RC_SEND_MIDDLE,
+            Opcode::UC_SEND_FIRST,
+        ] {
             assert_eq!(
                 parse_err(&raw_for(op, 0, &[])).kind,
                 ErrorKind::PayloadRequired
@@ -742,10 +765,7 @@ pub(crate) mod tests {
         // An ACK with a stray byte.
         let mut b = raw_for(Opcode::RC_ACKNOWLEDGE, 0, &[]);
         b.push(0);
-        assert_eq!(
-            parse_err(&b).kind,
-            ErrorKind::NotWordAligned { len: 21 }
-        );
+        assert_eq!(parse_err(&b).kind, ErrorKind::NotWordAligned { len: 21 });
     }
 
     #[test]
@@ -854,14 +874,22 @@ pub(crate) mod tests {
 
         // The 24-bit fields of the extended headers too.
         let (mut t, _) = sample_packet(Opcode(0x51).info().unwrap(), 0); // RD Acknowledge
-        t.ext.rdeth = Some(RdethRepr { ee_context: 1 << 24 });
-        assert_eq!(t.check(), Err(Error::bad_field(Layer::Rdeth, "EECnxt", 1 << 24)));
+        t.ext.rdeth = Some(RdethRepr {
+            ee_context: 1 << 24,
+        });
+        assert_eq!(
+            t.check(),
+            Err(Error::bad_field(Layer::Rdeth, "EECnxt", 1 << 24))
+        );
         t.ext.rdeth = Some(RdethRepr { ee_context: 1 });
         t.ext.aeth = Some(AethRepr {
             syndrome: Syndrome::ACK_CREDITS_INVALID,
             msn: 0x0100_0000,
         });
-        assert_eq!(t.check(), Err(Error::bad_field(Layer::Aeth, "MSN", 1 << 24)));
+        assert_eq!(
+            t.check(),
+            Err(Error::bad_field(Layer::Aeth, "MSN", 1 << 24))
+        );
         let (mut t, _) = sample_packet(Opcode::UD_SEND_ONLY.info().unwrap(), 0);
         t.ext.deth = Some(DethRepr {
             qkey: 0,
