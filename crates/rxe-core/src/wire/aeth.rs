@@ -22,6 +22,7 @@ use core::fmt;
 
 use super::error::{need, Layer, Result};
 use super::field::{be24, put24, Describe, FieldSpec};
+use super::view::header_view;
 
 pub const HEADER_LEN: usize = 4;
 
@@ -199,32 +200,13 @@ impl fmt::Display for Syndrome {
     }
 }
 
-/// A zero-copy view of an AETH at the start of `buffer`.
-#[derive(Debug, Clone)]
-pub struct Aeth<T: AsRef<[u8]>> {
-    buffer: T,
-}
+header_view!(
+    /// A zero-copy view of an AETH at the start of `buffer`.
+    Aeth,
+    Layer::Aeth
+);
 
 impl<T: AsRef<[u8]>> Aeth<T> {
-    /// Wraps without checking the length; getters may panic on short input.
-    pub const fn new_unchecked(buffer: T) -> Self {
-        Aeth { buffer }
-    }
-
-    /// Wraps after checking that a whole AETH is present.
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        need(Layer::Aeth, buffer.as_ref(), HEADER_LEN)?;
-        Ok(Aeth { buffer })
-    }
-
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    fn b(&self) -> &[u8] {
-        self.buffer.as_ref()
-    }
-
     /// The syndrome byte as it is on the wire.
     pub fn syndrome_raw(&self) -> u8 {
         self.b()[0]

@@ -14,35 +14,17 @@
 
 use super::error::{need, Layer, Result};
 use super::field::{be64, put64, Describe, FieldSpec};
+use super::view::header_view;
 
 pub const HEADER_LEN: usize = 8;
 
-/// A zero-copy view of an AtomicAckETH at the start of `buffer`.
-#[derive(Debug, Clone)]
-pub struct AtomicAckEth<T: AsRef<[u8]>> {
-    buffer: T,
-}
+header_view!(
+    /// A zero-copy view of an AtomicAckETH at the start of `buffer`.
+    AtomicAckEth,
+    Layer::AtomicAckEth
+);
 
 impl<T: AsRef<[u8]>> AtomicAckEth<T> {
-    /// Wraps without checking the length; getters may panic on short input.
-    pub const fn new_unchecked(buffer: T) -> Self {
-        AtomicAckEth { buffer }
-    }
-
-    /// Wraps after checking that a whole AtomicAckETH is present.
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        need(Layer::AtomicAckEth, buffer.as_ref(), HEADER_LEN)?;
-        Ok(AtomicAckEth { buffer })
-    }
-
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    fn b(&self) -> &[u8] {
-        self.buffer.as_ref()
-    }
-
     /// The target's value before the atomic operation.
     pub fn orig_data(&self) -> u64 {
         be64(self.b(), 0)

@@ -26,35 +26,17 @@
 
 use super::error::{need, Layer, Result};
 use super::field::{be32, be64, put32, put64, Describe, FieldSpec};
+use super::view::header_view;
 
 pub const HEADER_LEN: usize = 28;
 
-/// A zero-copy view of an AtomicETH at the start of `buffer`.
-#[derive(Debug, Clone)]
-pub struct AtomicEth<T: AsRef<[u8]>> {
-    buffer: T,
-}
+header_view!(
+    /// A zero-copy view of an AtomicETH at the start of `buffer`.
+    AtomicEth,
+    Layer::AtomicEth
+);
 
 impl<T: AsRef<[u8]>> AtomicEth<T> {
-    /// Wraps without checking the length; getters may panic on short input.
-    pub const fn new_unchecked(buffer: T) -> Self {
-        AtomicEth { buffer }
-    }
-
-    /// Wraps after checking that a whole AtomicETH is present.
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        need(Layer::AtomicEth, buffer.as_ref(), HEADER_LEN)?;
-        Ok(AtomicEth { buffer })
-    }
-
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    fn b(&self) -> &[u8] {
-        self.buffer.as_ref()
-    }
-
     /// Remote virtual address of the 64-bit target.
     pub fn va(&self) -> u64 {
         be64(self.b(), 0)

@@ -17,38 +17,20 @@
 use super::error::{need, Error, Layer, Result};
 use super::field::{be16, be24, put16, put24, Describe, FieldSpec};
 use super::opcode::Opcode;
+use super::view::header_view;
 
 pub const HEADER_LEN: usize = 12;
 
 /// The only transport header version the IBTA defines (IBTA 9.2.4).
 pub const TVER: u8 = 0;
 
-/// A zero-copy view of a BTH at the start of `buffer`.
-#[derive(Debug, Clone)]
-pub struct Bth<T: AsRef<[u8]>> {
-    buffer: T,
-}
+header_view!(
+    /// A zero-copy view of a BTH at the start of `buffer`.
+    Bth,
+    Layer::Bth
+);
 
 impl<T: AsRef<[u8]>> Bth<T> {
-    /// Wraps without checking the length; getters may panic on short input.
-    pub const fn new_unchecked(buffer: T) -> Self {
-        Bth { buffer }
-    }
-
-    /// Wraps after checking that a whole BTH is present.
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        need(Layer::Bth, buffer.as_ref(), HEADER_LEN)?;
-        Ok(Bth { buffer })
-    }
-
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    fn b(&self) -> &[u8] {
-        self.buffer.as_ref()
-    }
-
     pub fn opcode(&self) -> Opcode {
         Opcode(self.b()[0])
     }

@@ -18,6 +18,7 @@
 
 use super::error::{need, Layer, Result};
 use super::field::{be24, be32, put24, put32, Describe, FieldSpec};
+use super::view::header_view;
 
 pub const HEADER_LEN: usize = 8;
 
@@ -29,32 +30,13 @@ pub const fn is_controlled_qkey(qkey: u32) -> bool {
     qkey & 0x8000_0000 != 0
 }
 
-/// A zero-copy view of a DETH at the start of `buffer`.
-#[derive(Debug, Clone)]
-pub struct Deth<T: AsRef<[u8]>> {
-    buffer: T,
-}
+header_view!(
+    /// A zero-copy view of a DETH at the start of `buffer`.
+    Deth,
+    Layer::Deth
+);
 
 impl<T: AsRef<[u8]>> Deth<T> {
-    /// Wraps without checking the length; getters may panic on short input.
-    pub const fn new_unchecked(buffer: T) -> Self {
-        Deth { buffer }
-    }
-
-    /// Wraps after checking that a whole DETH is present.
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        need(Layer::Deth, buffer.as_ref(), HEADER_LEN)?;
-        Ok(Deth { buffer })
-    }
-
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    fn b(&self) -> &[u8] {
-        self.buffer.as_ref()
-    }
-
     pub fn qkey(&self) -> u32 {
         be32(self.b(), 0)
     }

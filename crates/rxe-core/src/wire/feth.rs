@@ -18,6 +18,7 @@
 
 use super::error::{need, Layer, Result};
 use super::field::{be32, put32, Describe, FieldSpec};
+use super::view::header_view;
 
 pub const HEADER_LEN: usize = 4;
 
@@ -34,30 +35,15 @@ const SEL_SHIFT: u32 = 4;
 const SEL_MASK: u32 = 0x3;
 const PLT_MASK: u32 = 0xf;
 
-/// A zero-copy view of a FETH at the start of `buffer`.
-#[derive(Debug, Clone)]
-pub struct Feth<T: AsRef<[u8]>> {
-    buffer: T,
-}
+header_view!(
+    /// A zero-copy view of a FETH at the start of `buffer`.
+    Feth,
+    Layer::Feth
+);
 
 impl<T: AsRef<[u8]>> Feth<T> {
-    /// Wraps without checking the length; getters may panic on short input.
-    pub const fn new_unchecked(buffer: T) -> Self {
-        Feth { buffer }
-    }
-
-    /// Wraps after checking that a whole FETH is present.
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        need(Layer::Feth, buffer.as_ref(), HEADER_LEN)?;
-        Ok(Feth { buffer })
-    }
-
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
     fn word(&self) -> u32 {
-        be32(self.buffer.as_ref(), 0)
+        be32(self.b(), 0)
     }
 
     /// SEL, 2 bits.

@@ -24,6 +24,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::error::{need, Error, Layer, Result};
 use super::field::{be16, be32, put16, put32, Describe, FieldSpec};
+use super::view::header_view;
 
 pub const HEADER_LEN: usize = 40;
 
@@ -37,32 +38,13 @@ pub const NXT_HDR_IBA: u8 = 0x1b;
 /// Largest flow label (20 bits).
 pub const FLOW_LABEL_MAX: u32 = 0xf_ffff;
 
-/// A zero-copy view of a GRH at the start of `buffer`.
-#[derive(Debug, Clone)]
-pub struct Grh<T: AsRef<[u8]>> {
-    buffer: T,
-}
+header_view!(
+    /// A zero-copy view of a GRH at the start of `buffer`.
+    Grh,
+    Layer::Grh
+);
 
 impl<T: AsRef<[u8]>> Grh<T> {
-    /// Wraps without checking the length; getters may panic on short input.
-    pub const fn new_unchecked(buffer: T) -> Self {
-        Grh { buffer }
-    }
-
-    /// Wraps after checking that a whole GRH is present.
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        need(Layer::Grh, buffer.as_ref(), HEADER_LEN)?;
-        Ok(Grh { buffer })
-    }
-
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    fn b(&self) -> &[u8] {
-        self.buffer.as_ref()
-    }
-
     pub fn ip_ver(&self) -> u8 {
         self.b()[0] >> 4
     }

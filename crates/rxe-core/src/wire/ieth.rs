@@ -12,35 +12,17 @@
 
 use super::error::{need, Layer, Result};
 use super::field::{be32, put32, Describe, FieldSpec};
+use super::view::header_view;
 
 pub const HEADER_LEN: usize = 4;
 
-/// A zero-copy view of an IETH at the start of `buffer`.
-#[derive(Debug, Clone)]
-pub struct Ieth<T: AsRef<[u8]>> {
-    buffer: T,
-}
+header_view!(
+    /// A zero-copy view of an IETH at the start of `buffer`.
+    Ieth,
+    Layer::Ieth
+);
 
 impl<T: AsRef<[u8]>> Ieth<T> {
-    /// Wraps without checking the length; getters may panic on short input.
-    pub const fn new_unchecked(buffer: T) -> Self {
-        Ieth { buffer }
-    }
-
-    /// Wraps after checking that a whole IETH is present.
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        need(Layer::Ieth, buffer.as_ref(), HEADER_LEN)?;
-        Ok(Ieth { buffer })
-    }
-
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    fn b(&self) -> &[u8] {
-        self.buffer.as_ref()
-    }
-
     /// The R_Key to invalidate.
     pub fn rkey(&self) -> u32 {
         be32(self.b(), 0)

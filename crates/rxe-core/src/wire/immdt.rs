@@ -16,35 +16,17 @@
 
 use super::error::{need, Layer, Result};
 use super::field::{be32, put32, Describe, FieldSpec};
+use super::view::header_view;
 
 pub const HEADER_LEN: usize = 4;
 
-/// A zero-copy view of an ImmDt at the start of `buffer`.
-#[derive(Debug, Clone)]
-pub struct ImmDt<T: AsRef<[u8]>> {
-    buffer: T,
-}
+header_view!(
+    /// A zero-copy view of an ImmDt at the start of `buffer`.
+    ImmDt,
+    Layer::ImmDt
+);
 
 impl<T: AsRef<[u8]>> ImmDt<T> {
-    /// Wraps without checking the length; getters may panic on short input.
-    pub const fn new_unchecked(buffer: T) -> Self {
-        ImmDt { buffer }
-    }
-
-    /// Wraps after checking that a whole ImmDt is present.
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        need(Layer::ImmDt, buffer.as_ref(), HEADER_LEN)?;
-        Ok(ImmDt { buffer })
-    }
-
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    fn b(&self) -> &[u8] {
-        self.buffer.as_ref()
-    }
-
     /// The immediate data, read big-endian.
     pub fn imm(&self) -> u32 {
         be32(self.b(), 0)

@@ -16,6 +16,7 @@
 
 use super::error::{need, Error, Layer, Result};
 use super::field::{be16, put16, Describe, FieldSpec};
+use super::view::header_view;
 
 pub const HEADER_LEN: usize = 8;
 
@@ -90,32 +91,13 @@ impl Lnh {
     }
 }
 
-/// A zero-copy view of an LRH at the start of `buffer`.
-#[derive(Debug, Clone)]
-pub struct Lrh<T: AsRef<[u8]>> {
-    buffer: T,
-}
+header_view!(
+    /// A zero-copy view of an LRH at the start of `buffer`.
+    Lrh,
+    Layer::Lrh
+);
 
 impl<T: AsRef<[u8]>> Lrh<T> {
-    /// Wraps without checking the length; getters may panic on short input.
-    pub const fn new_unchecked(buffer: T) -> Self {
-        Lrh { buffer }
-    }
-
-    /// Wraps after checking that a whole LRH is present.
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        need(Layer::Lrh, buffer.as_ref(), HEADER_LEN)?;
-        Ok(Lrh { buffer })
-    }
-
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    fn b(&self) -> &[u8] {
-        self.buffer.as_ref()
-    }
-
     /// Virtual lane; switches may change it hop by hop.
     pub fn vl(&self) -> u8 {
         self.b()[0] >> 4

@@ -24,6 +24,7 @@ pub mod packet;
 pub mod rdeth;
 pub mod reth;
 pub mod vcrc;
+mod view;
 pub mod xrceth;
 
 pub use aeth::{Aeth, AethRepr, NakCode, Syndrome};

@@ -13,35 +13,17 @@
 
 use super::error::{need, Layer, Result};
 use super::field::{be24, put24, Describe, FieldSpec};
+use super::view::header_view;
 
 pub const HEADER_LEN: usize = 4;
 
-/// A zero-copy view of an RDETH at the start of `buffer`.
-#[derive(Debug, Clone)]
-pub struct Rdeth<T: AsRef<[u8]>> {
-    buffer: T,
-}
+header_view!(
+    /// A zero-copy view of an RDETH at the start of `buffer`.
+    Rdeth,
+    Layer::Rdeth
+);
 
 impl<T: AsRef<[u8]>> Rdeth<T> {
-    /// Wraps without checking the length; getters may panic on short input.
-    pub const fn new_unchecked(buffer: T) -> Self {
-        Rdeth { buffer }
-    }
-
-    /// Wraps after checking that a whole RDETH is present.
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        need(Layer::Rdeth, buffer.as_ref(), HEADER_LEN)?;
-        Ok(Rdeth { buffer })
-    }
-
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    fn b(&self) -> &[u8] {
-        self.buffer.as_ref()
-    }
-
     /// The End-to-End context number (24 bits).
     pub fn ee_context(&self) -> u32 {
         be24(self.b(), 1)

@@ -19,35 +19,17 @@
 
 use super::error::{need, Layer, Result};
 use super::field::{be32, be64, put32, put64, Describe, FieldSpec};
+use super::view::header_view;
 
 pub const HEADER_LEN: usize = 16;
 
-/// A zero-copy view of a RETH at the start of `buffer`.
-#[derive(Debug, Clone)]
-pub struct Reth<T: AsRef<[u8]>> {
-    buffer: T,
-}
+header_view!(
+    /// A zero-copy view of a RETH at the start of `buffer`.
+    Reth,
+    Layer::Reth
+);
 
 impl<T: AsRef<[u8]>> Reth<T> {
-    /// Wraps without checking the length; getters may panic on short input.
-    pub const fn new_unchecked(buffer: T) -> Self {
-        Reth { buffer }
-    }
-
-    /// Wraps after checking that a whole RETH is present.
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        need(Layer::Reth, buffer.as_ref(), HEADER_LEN)?;
-        Ok(Reth { buffer })
-    }
-
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    fn b(&self) -> &[u8] {
-        self.buffer.as_ref()
-    }
-
     /// Remote virtual address of the first byte of the message.
     pub fn va(&self) -> u64 {
         be64(self.b(), 0)

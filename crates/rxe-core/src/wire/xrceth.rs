@@ -13,35 +13,17 @@
 
 use super::error::{need, Layer, Result};
 use super::field::{be24, put24, Describe, FieldSpec};
+use super::view::header_view;
 
 pub const HEADER_LEN: usize = 4;
 
-/// A zero-copy view of an XRCETH at the start of `buffer`.
-#[derive(Debug, Clone)]
-pub struct Xrceth<T: AsRef<[u8]>> {
-    buffer: T,
-}
+header_view!(
+    /// A zero-copy view of an XRCETH at the start of `buffer`.
+    Xrceth,
+    Layer::Xrceth
+);
 
 impl<T: AsRef<[u8]>> Xrceth<T> {
-    /// Wraps without checking the length; getters may panic on short input.
-    pub const fn new_unchecked(buffer: T) -> Self {
-        Xrceth { buffer }
-    }
-
-    /// Wraps after checking that a whole XRCETH is present.
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        need(Layer::Xrceth, buffer.as_ref(), HEADER_LEN)?;
-        Ok(Xrceth { buffer })
-    }
-
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    fn b(&self) -> &[u8] {
-        self.buffer.as_ref()
-    }
-
     /// The number of the XRC SRQ that receives this request (24 bits).
     pub fn xrc_srq(&self) -> u32 {
         be24(self.b(), 1)
