@@ -4,7 +4,7 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use rxe_core::wire::dissect::{dissect, Dissection, LayerView};
 use rxe_net::capture::CaptureReader;
 use serde_json::{json, Map, Value};
@@ -29,10 +29,8 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     let stdout = io::stdout();
     let mut out = io::BufWriter::new(stdout.lock());
     let (mut roce, mut bad) = (0u64, 0u64);
-    while let Some(frame) = reader
-        .next_frame()
-        .with_context(|| format!("reading {}", args.file.display()))?
-    {
+    // Capture errors already name the file.
+    while let Some(frame) = reader.next_frame()? {
         let n = frame.number;
         let d = match dissect(frame.link_type, &frame.data) {
             Ok(Some(d)) => d,
@@ -158,7 +156,7 @@ fn write_layer(out: &mut impl Write, l: &LayerView<'_>) -> io::Result<()> {
         };
         writeln!(
             out,
-            "      {:<18} {:>3} bits  {:<20} = {:<12} {}",
+            "      {:<18} {:>3} bits  {:<34} = {:<14} {}",
             f.spec.name,
             f.spec.bits,
             f.bit_string(),

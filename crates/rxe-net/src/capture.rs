@@ -83,7 +83,7 @@ pub enum CaptureFormat {
 #[derive(Debug, thiserror::Error)]
 pub enum CaptureError {
     /// Opening, reading or writing the file failed.
-    #[error("{}: {source}", path.display())]
+    #[error("{}", path.display())]
     Io {
         /// The file.
         path: PathBuf,

@@ -30,8 +30,8 @@ pub const HEADER_LEN: usize = 4;
 /// do end-to-end flow control (the code every ACK of kernel rxe carries).
 pub const CREDITS_INVALID: u8 = 31;
 
-/// Credits for codes 0..=30: a roughly logarithmic scale, each step 1.5x or
-/// 1.33x the previous, from 0 to 32768.
+/// Credits for codes 0..=30: a roughly logarithmic scale from 0 to 32768
+/// (after the first few steps, alternately 1.5x and 1.33x the previous).
 const CREDIT_TABLE: [u32; 31] = [
     0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536,
     2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768,

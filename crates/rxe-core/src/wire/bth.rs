@@ -214,9 +214,9 @@ mod tests {
     use crate::wire::field::{assert_table_contiguous, read_bits};
     use proptest::prelude::*;
 
-    // An RC SEND First from captures/rc_pingpong.pcap.
+    // The BTH of frame 1 of captures/rc_pingpong.pcap: an RC SEND First.
     const SAMPLE: [u8; 12] = [
-        0x00, 0x00, 0xff, 0xff, 0x00, 0x00, 0x00, 0x11, 0x00, 0x2f, 0x6a, 0x4c,
+        0x00, 0x00, 0xff, 0xff, 0x00, 0x00, 0x00, 0x15, 0x00, 0x63, 0xc9, 0xc5,
     ];
 
     #[test]
@@ -230,8 +230,8 @@ mod tests {
         let r = BthRepr::parse(&Bth::new_checked(&SAMPLE[..]).unwrap()).unwrap();
         assert_eq!(r.opcode, Opcode::RC_SEND_FIRST);
         assert_eq!(r.pkey, 0xffff);
-        assert_eq!(r.dest_qp, 0x11);
-        assert_eq!(r.psn, 0x2f6a4c);
+        assert_eq!(r.dest_qp, 0x15);
+        assert_eq!(r.psn, 0x63c9c5);
         assert!(!r.ack_req);
     }
 
@@ -251,7 +251,7 @@ mod tests {
         b[4] |= 0x3f;
         b[8] |= 0x7f;
         let r = BthRepr::parse(&Bth::new_unchecked(&b[..])).unwrap();
-        assert_eq!(r.dest_qp, 0x11);
+        assert_eq!(r.dest_qp, 0x15);
         assert!(!r.ack_req && !r.fecn);
     }
 

@@ -10,9 +10,7 @@ use core::net::IpAddr;
 use etherparse::{IpNumber, Ipv4Header, Ipv6FlowLabel, Ipv6Header, UdpHeader};
 
 use super::error::{Error, ErrorKind, Layer, Result};
-use super::frame::{
-    ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_ROCE_V1, GRH_NEXT_HEADER_IBA, ROCE_V2_PORT,
-};
+use super::frame::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_ROCE_V1, ROCE_V2_PORT};
 use super::grh::{self, Grh, GrhRepr};
 use super::icrc::{self, IcrcScope};
 use super::lrh::{self, Lnh, Lrh, LrhRepr};
@@ -221,7 +219,7 @@ pub fn emit_roce_v1(
     let g_at = ETHERNET_LEN;
     let t_at = g_at + grh::HEADER_LEN;
     let mut g = *grh;
-    g.next_header = GRH_NEXT_HEADER_IBA;
+    g.next_header = grh::NXT_HDR_IBA;
     g.payload_len = u16::try_from(tlen).map_err(|_| {
         Error::new(
             Layer::Grh,
@@ -271,7 +269,7 @@ pub fn emit_ib(
     l.emit(&mut Lrh::new_unchecked(&mut buf[..lrh::HEADER_LEN]));
     if let Some(g) = grh {
         let mut g = *g;
-        g.next_header = GRH_NEXT_HEADER_IBA;
+        g.next_header = grh::NXT_HDR_IBA;
         g.payload_len = tlen as u16; // < 8 KiB: bounded by PktLen above
         g.emit(&mut Grh::new_unchecked(&mut buf[lrh::HEADER_LEN..t_at]));
     }

@@ -4,7 +4,7 @@
 
 use core::fmt::Write as _;
 
-use super::aeth::{Aeth, NakCode, Syndrome};
+use super::aeth::{credit_count, Aeth, NakCode, Syndrome};
 use super::atomic_ack_eth::AtomicAckEth;
 use super::atomic_eth::AtomicEth;
 use super::bth::Bth;
@@ -304,7 +304,10 @@ fn summarize_packet(s: &mut String, p: &TransportPacket<'_>) {
 pub fn syndrome_words(syn: Syndrome) -> String {
     match syn {
         Syndrome::Ack { credits: 31 } => "ACK".to_string(),
-        Syndrome::Ack { credits } => format!("ACK credits={credits}"),
+        Syndrome::Ack { credits } => match credit_count(credits) {
+            Some(n) => format!("ACK credits={n}"),
+            None => format!("ACK credit-code={credits}"),
+        },
         Syndrome::RnrNak { timer } => format!("RNR-NAK timer={timer}"),
         Syndrome::Nak(code) => match code {
             NakCode::PsnSequenceError => "NAK(PSN sequence error)".into(),
@@ -383,14 +386,14 @@ mod tests {
         assert_eq!(
             d.summary(),
             "10.0.0.1 > 10.0.0.2 RC Acknowledge qp=0x1234 psn=43981 ackreq \
-             ACK credits=5 msn=258 icrc=ok"
+             ACK credits=6 msn=258 icrc=ok"
         );
         let b = build(Encap::IbLocal, &t, &p);
         let d = dissect(b.link, &b.bytes).unwrap().unwrap();
         assert_eq!(
             d.summary(),
             "LID 1 > LID 2 [InfiniBand] RC Acknowledge qp=0x1234 psn=43981 ackreq \
-             ACK credits=5 msn=258 icrc=ok vcrc=ok"
+             ACK credits=6 msn=258 icrc=ok vcrc=ok"
         );
         let ud = Opcode::UD_SEND_ONLY_WITH_IMMEDIATE.info().unwrap();
         let (mut t, p) = sample_packet(ud, 3);

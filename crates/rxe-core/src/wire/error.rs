@@ -103,10 +103,10 @@ pub enum ErrorKind {
         actual: usize,
     },
     /// The invariant CRC does not match.
-    #[error("bad ICRC: computed {computed:#010x}, packet carries {carried:#010x}")]
+    #[error("mismatch: computed {computed:#010x}, packet carries {carried:#010x}")]
     BadIcrc { computed: u32, carried: u32 },
     /// The variant CRC does not match.
-    #[error("bad VCRC: computed {computed:#06x}, packet carries {carried:#06x}")]
+    #[error("mismatch: computed {computed:#06x}, packet carries {carried:#06x}")]
     BadVcrc { computed: u16, carried: u16 },
     /// Building a packet: the opcode needs this extended header, and the
     /// `TransportRepr` has none.

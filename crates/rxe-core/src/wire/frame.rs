@@ -27,8 +27,6 @@ pub const ETHERTYPE_IPV4: u16 = 0x0800;
 pub const ETHERTYPE_IPV6: u16 = 0x86dd;
 const ETHERTYPE_VLAN: u16 = 0x8100;
 const ETHERTYPE_QINQ: u16 = 0x88a8;
-/// GRH next header for IBA transport (IBTA 8.3.1).
-pub const GRH_NEXT_HEADER_IBA: u8 = 0x1b;
 
 /// How a frame begins: the LINKTYPE values of pcap and pcapng
 /// (<https://www.tcpdump.org/linktypes.html>).
@@ -339,7 +337,7 @@ fn udp_to_roce(buf: &[u8]) -> Result<Option<&[u8]>> {
 
 fn decode_roce_v1<'a>(buf: &'a [u8], mut out: RoceFrame<'a>) -> Result<RoceFrame<'a>> {
     let grh = GrhRepr::parse(&Grh::new_checked(buf)?)?;
-    if grh.next_header != GRH_NEXT_HEADER_IBA {
+    if grh.next_header != super::grh::NXT_HDR_IBA {
         return Err(Error::bad_field(
             Layer::Grh,
             "NxtHdr",
@@ -364,7 +362,7 @@ fn decode_ib<'a>(buf: &'a [u8], mut out: RoceFrame<'a>) -> Result<RoceFrame<'a>>
         Lnh::IbaLocal => {}
         Lnh::IbaGlobal => {
             let grh = GrhRepr::parse(&Grh::new_checked(&buf[at..])?)?;
-            if grh.next_header != GRH_NEXT_HEADER_IBA {
+            if grh.next_header != super::grh::NXT_HDR_IBA {
                 return Err(Error::bad_field(
                     Layer::Grh,
                     "NxtHdr",

@@ -115,9 +115,11 @@ impl ExtHeader {
 pub enum PayloadRule {
     /// No payload (requests without data, acknowledgements).
     None,
-    /// Zero or more bytes (LAST and ONLY packets).
+    /// Zero or more bytes (ONLY packets: a message may be empty).
     Optional,
-    /// At least one byte (FIRST and MIDDLE packets carry a full path MTU).
+    /// At least one byte: FIRST and MIDDLE packets carry a full path MTU, and
+    /// a LAST packet 1 to path-MTU bytes, since an empty remainder would
+    /// have ended the message one packet earlier (IBTA C9-92, 9.7.x).
     Required,
     /// Exactly this many bytes (ATOMIC WRITE: 8; CNP: 16 reserved bytes).
     Exact(u16),
@@ -338,13 +340,13 @@ const fn base(code: u8) -> Option<Base> {
     let (operation, name, position, headers, payload): (_, _, _, &[ExtHeader], _) = match code {
         0x00 => (Send, "SEND First", Some(First), NONE, P::Required),
         0x01 => (Send, "SEND Middle", Some(Middle), NONE, P::Required),
-        0x02 => (Send, "SEND Last", Some(Last), NONE, P::Optional),
+        0x02 => (Send, "SEND Last", Some(Last), NONE, P::Required),
         0x03 => (
             Send,
             "SEND Last with Immediate",
             Some(Last),
             &[ImmDt],
-            P::Optional,
+            P::Required,
         ),
         0x04 => (Send, "SEND Only", Some(Only), NONE, P::Optional),
         0x05 => (
@@ -368,13 +370,13 @@ const fn base(code: u8) -> Option<Base> {
             NONE,
             P::Required,
         ),
-        0x08 => (RdmaWrite, "RDMA WRITE Last", Some(Last), NONE, P::Optional),
+        0x08 => (RdmaWrite, "RDMA WRITE Last", Some(Last), NONE, P::Required),
         0x09 => (
             RdmaWrite,
             "RDMA WRITE Last with Immediate",
             Some(Last),
             &[ImmDt],
-            P::Optional,
+            P::Required,
         ),
         0x0a => (
             RdmaWrite,
@@ -416,7 +418,7 @@ const fn base(code: u8) -> Option<Base> {
             "RDMA READ Response Last",
             Some(Last),
             &[Aeth],
-            P::Optional,
+            P::Required,
         ),
         0x10 => (
             RdmaReadResponse,
@@ -441,7 +443,7 @@ const fn base(code: u8) -> Option<Base> {
             "SEND Last with Invalidate",
             Some(Last),
             &[Ieth],
-            P::Optional,
+            P::Required,
         ),
         0x17 => (
             Send,
