@@ -10,16 +10,10 @@ use libfuzzer_sys::fuzz_target;
 use rxe_core::wire::dissect::dissect;
 use rxe_core::wire::frame::LinkType;
 
-const LINKS: [LinkType; 8] = [
-    LinkType::Ethernet,
-    LinkType::RawIp,
-    LinkType::Ipv4,
-    LinkType::Ipv6,
-    LinkType::LinuxSll,
-    LinkType::LinuxSll2,
-    LinkType::Infiniband,
-    LinkType::Other(147),
-];
+const LINKS: [LinkType; 8] = {
+    let d = LinkType::DECODED;
+    [d[0], d[1], d[2], d[3], d[4], d[5], d[6], LinkType::Other(147)]
+};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&first, frame)) = data.split_first() else {

@@ -1427,16 +1427,8 @@ mod tests {
 
     #[test]
     fn writer_round_trip_file_every_link_type() {
-        let links = [
-            LinkType::Ethernet,
-            LinkType::RawIp,
-            LinkType::Ipv4,
-            LinkType::Ipv6,
-            LinkType::LinuxSll,
-            LinkType::LinuxSll2,
-            LinkType::Infiniband,
-            LinkType::Other(147),
-        ];
+        let mut links = LinkType::DECODED.to_vec();
+        links.push(LinkType::Other(147));
         for link in links {
             let file = TempFile::path("written.pcap");
             let mut writer = PcapWriter::create_with_link_type(&file.0, link).unwrap();

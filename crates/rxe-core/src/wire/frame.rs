@@ -52,6 +52,17 @@ pub enum LinkType {
 }
 
 impl LinkType {
+    /// Every link type `decode` understands (all but `Other`).
+    pub const DECODED: [LinkType; 7] = [
+        LinkType::Ethernet,
+        LinkType::RawIp,
+        LinkType::Ipv4,
+        LinkType::Ipv6,
+        LinkType::LinuxSll,
+        LinkType::LinuxSll2,
+        LinkType::Infiniband,
+    ];
+
     /// The link type for a LINKTYPE (or DLT) number.
     pub const fn from_number(n: u32) -> LinkType {
         match n {
@@ -400,16 +411,20 @@ pub(crate) mod tests {
     use proptest::collection::vec;
     use proptest::prelude::*;
 
-    pub(crate) const ALL_LINKS: [LinkType; 8] = [
-        LinkType::Ethernet,
-        LinkType::RawIp,
-        LinkType::Ipv4,
-        LinkType::Ipv6,
-        LinkType::LinuxSll,
-        LinkType::LinuxSll2,
-        LinkType::Infiniband,
-        LinkType::Other(105),
-    ];
+    /// The decoded link types plus one that is not.
+    pub(crate) const ALL_LINKS: [LinkType; 8] = {
+        let d = LinkType::DECODED;
+        [
+            d[0],
+            d[1],
+            d[2],
+            d[3],
+            d[4],
+            d[5],
+            d[6],
+            LinkType::Other(105),
+        ]
+    };
 
     fn ethertype_of(b: &Built) -> u16 {
         u16::from_be_bytes([b.bytes[12], b.bytes[13]])
