@@ -14,10 +14,14 @@
 //! Specification Volume 1; some were taken from secondary sources and are
 //! marked where they could not be checked against the text.
 
+pub mod counters;
+pub mod memory;
 pub mod psn;
 pub mod qp_attr;
 pub mod qp_state;
 
+pub use counters::{Counter, Counters};
+pub use memory::{validate, AtomicOp, Key, MemError, MemoryAccess, Region, RegionInfo, VecMemory};
 pub use psn::{classify_request, Psn, PsnOutOfRange, RequestPsn};
 pub use qp_attr::{
     local_ack_timeout, rnr_timer, AccessFlags, AddressVector, AltPath, Attr, AttrMask, MigState,

@@ -1,0 +1,919 @@
+//! The narrow interface through which the transport touches registered
+//! memory: the responder for RDMA WRITE, READ and atomics (R_Keys), the
+//! requester for the local scatter/gather entries of its work requests
+//! (L_Keys).
+//!
+//! The verbs layer implements [`MemoryAccess`] with its MR table; [`VecMemory`]
+//! is a small, safe implementation over `Vec<u8>` buffers for the transport
+//! tests and the network simulator.
+//!
+//! A responder validates an RETH once per message with
+//! [`MemoryAccess::check_rdma`], keeps the [`Region`] it gets, and copies each
+//! packet's payload at increasing offsets into it with
+//! [`MemoryAccess::write`] (or out of it with [`MemoryAccess::read`] for READ
+//! responses). An AtomicETH is validated and executed in one call,
+//! [`MemoryAccess::atomic`], which returns the original value for the
+//! AtomicAckETH.
+//!
+//! Every address and length sum is computed with checked arithmetic: a sum
+//! that overflows is [`MemError::Overflow`], never a wrap (the kernel rxe had
+//! several `iova + length` overflow bugs that let a remote peer write out of
+//! bounds).
+//!
+//! Rules and where they come from:
+//!
+//! - Key layout: a 32-bit L_Key/R_Key is a 24-bit index (the upper bits) and
+//!   an 8-bit key portion (the low byte) that the consumer may change when the
+//!   region is re-registered or re-bound, so that stale keys stop working
+//!   (libibverbs `ibv_inc_rkey(3)`: "increases the 8 LSB ... same index (bits
+//!   0xffffff00)"; the Linux fast-register MR interface describes the same
+//!   split). The IBTA section that defines it (memory management, chapter 10)
+//!   was not checked against the text.
+//! - A zero-length RDMA READ or WRITE need not carry a valid R_Key or
+//!   address (IBTA compliance statement C9-88, as cited by the kernel rxe
+//!   responder; the text itself was not checked): see
+//!   [`MemoryAccess::check_rdma`].
+//! - Atomics operate on 64 bits at an 8-byte aligned virtual address (IBTA
+//!   9.4.5, not checked against the text); a misaligned address is answered
+//!   with NAK Invalid Request, as the kernel rxe responder does (its
+//!   "misaligned atomic" error is a class C error answered with
+//!   `AETH_NAK_INVALID_REQ`). Key, PD, access and bounds are checked first,
+//!   alignment last, in the kernel's order.
+//! - Key, PD, access-right and bounds violations are answered with NAK
+//!   Remote Access Error (IBTA 9.7.5.2.x; the kernel rxe maps all of them to
+//!   its R_Key violation state, which sends `AETH_NAK_REM_ACC_ERR`).
+
+use core::ops::Range;
+
+use super::qp_attr::AccessFlags;
+use crate::wire::aeth::NakCode;
+
+/// An L_Key or R_Key: a 24-bit index and an 8-bit key portion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Key(u32);
+
+impl Key {
+    /// The largest index (24 bits).
+    pub const MAX_INDEX: u32 = 0x00ff_ffff;
+
+    pub const fn new(raw: u32) -> Key {
+        Key(raw)
+    }
+
+    /// The key with `index` (its low 24 bits) and key portion `key`; `None`
+    /// if `index` does not fit in 24 bits.
+    pub const fn from_parts(index: u32, key: u8) -> Option<Key> {
+        if index > Self::MAX_INDEX {
+            None
+        } else {
+            Some(Key(index << 8 | key as u32))
+        }
+    }
+
+    pub const fn raw(self) -> u32 {
+        self.0
+    }
+
+    /// The upper 24 bits: which region (table slot) the key names.
+    pub const fn index(self) -> u32 {
+        self.0 >> 8
+    }
+
+    /// The low 8 bits: the consumer-owned key portion.
+    pub const fn key(self) -> u8 {
+        self.0 as u8
+    }
+
+    /// The same index with key portion `key`.
+    pub const fn with_key(self, key: u8) -> Key {
+        Key(self.0 & !0xff | key as u32)
+    }
+
+    /// The same index with the key portion incremented (wrapping), as
+    /// `ibv_inc_rkey` does.
+    pub const fn inc(self) -> Key {
+        self.with_key(self.key().wrapping_add(1))
+    }
+}
+
+impl From<u32> for Key {
+    fn from(raw: u32) -> Key {
+        Key(raw)
+    }
+}
+
+impl From<Key> for u32 {
+    fn from(k: Key) -> u32 {
+        k.0
+    }
+}
+
+impl core::fmt::Display for Key {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{:#010x}", self.0)
+    }
+}
+
+/// Why a memory access was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum MemError {
+    /// No region has this key's index (or, remotely, the region has no
+    /// R_Key because it grants no remote access).
+    #[error("invalid key {key}")]
+    InvalidKey { key: Key },
+    /// A region has this index, but its key portion differs: a stale key.
+    #[error("key {key} does not match the region's key portion")]
+    KeyMismatch { key: Key },
+    /// The region belongs to another protection domain than the QP.
+    #[error("protection domain mismatch")]
+    PdMismatch,
+    /// The region does not grant these rights (the ones missing).
+    #[error("access denied: {needed} not granted")]
+    AccessDenied { needed: AccessFlags },
+    /// The range is not inside the region.
+    #[error("{len} bytes at {va:#x} are outside the region")]
+    OutOfBounds { va: u64, len: usize },
+    /// An atomic's virtual address is not 8-byte aligned.
+    #[error("atomic address {va:#x} is not 8-byte aligned")]
+    Misaligned { va: u64 },
+    /// An address or length sum overflows.
+    #[error("address or length arithmetic overflows")]
+    Overflow,
+}
+
+impl MemError {
+    /// The NAK code of the AETH that a responder sends for this error.
+    pub const fn nak_code(self) -> NakCode {
+        match self {
+            MemError::Misaligned { .. } => NakCode::InvalidRequest,
+            MemError::InvalidKey { .. }
+            | MemError::KeyMismatch { .. }
+            | MemError::PdMismatch
+            | MemError::AccessDenied { .. }
+            | MemError::OutOfBounds { .. }
+            | MemError::Overflow => NakCode::RemoteAccessError,
+        }
+    }
+
+    /// A short stable name, for counters and logs.
+    pub const fn reason(self) -> &'static str {
+        match self {
+            MemError::InvalidKey { .. } => "invalid_key",
+            MemError::KeyMismatch { .. } => "key_mismatch",
+            MemError::PdMismatch => "pd_mismatch",
+            MemError::AccessDenied { .. } => "access_denied",
+            MemError::OutOfBounds { .. } => "out_of_bounds",
+            MemError::Misaligned { .. } => "misaligned_atomic",
+            MemError::Overflow => "overflow",
+        }
+    }
+}
+
+/// What a region is, as a memory table stores it: the input of
+/// [`validate`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegionInfo {
+    /// The region's current key (L_Key; also its R_Key if it grants any
+    /// remote access).
+    pub key: Key,
+    /// Protection domain handle.
+    pub pd: u32,
+    /// The virtual address of its first byte.
+    pub va: u64,
+    /// Its length in bytes.
+    pub len: usize,
+    /// The rights it grants.
+    pub access: AccessFlags,
+}
+
+impl RegionInfo {
+    /// Does the region have an R_Key, that is, grant any remote right?
+    pub const fn has_rkey(&self) -> bool {
+        self.access.bits()
+            & (AccessFlags::REMOTE_READ.bits()
+                | AccessFlags::REMOTE_WRITE.bits()
+                | AccessFlags::REMOTE_ATOMIC.bits())
+            != 0
+    }
+}
+
+/// A validated range of a registered region: what [`MemoryAccess::check`]
+/// returns, and what [`MemoryAccess::read`] and [`MemoryAccess::write`] take
+/// with an offset into it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Region {
+    key: Key,
+    va: u64,
+    len: usize,
+    /// Where `va` lies from the start of the region, in bytes.
+    start: usize,
+}
+
+impl Region {
+    /// The range of a zero-length RDMA operation: names no region, and
+    /// admits only zero-length copies.
+    pub const fn empty(va: u64) -> Region {
+        Region {
+            key: Key(0),
+            va,
+            len: 0,
+            start: 0,
+        }
+    }
+
+    pub const fn key(&self) -> Key {
+        self.key
+    }
+    pub const fn va(&self) -> u64 {
+        self.va
+    }
+    pub const fn len(&self) -> usize {
+        self.len
+    }
+    pub const fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The bytes `offset..offset + n` of this range, as byte offsets from the
+    /// start of the registered region; an error if they are not inside it.
+    pub fn bytes(&self, offset: usize, n: usize) -> Result<Range<usize>, MemError> {
+        let end = offset.checked_add(n).ok_or(MemError::Overflow)?;
+        if end > self.len {
+            return Err(MemError::OutOfBounds {
+                va: self.va.saturating_add(offset as u64),
+                len: n,
+            });
+        }
+        // start + len was checked against the region in `validate`.
+        let lo = self.start.checked_add(offset).ok_or(MemError::Overflow)?;
+        let hi = self.start.checked_add(end).ok_or(MemError::Overflow)?;
+        Ok(lo..hi)
+    }
+}
+
+/// Checks an access of `len` bytes at `va` with key `key` from protection
+/// domain `pd` against `info`, the region that `key`'s index names. This is
+/// the whole rule, for implementations of [`MemoryAccess::check`]:
+///
+/// 1. the key portion must match ([`MemError::KeyMismatch`]); a remote access
+///    needs a region with an R_Key ([`MemError::InvalidKey`]);
+/// 2. the PD must match ([`MemError::PdMismatch`]);
+/// 3. the region must grant `needed` ([`MemError::AccessDenied`] with the
+///    missing rights);
+/// 4. `va..va + len` must lie inside the region, computed without
+///    wrapping ([`MemError::Overflow`], [`MemError::OutOfBounds`]). A
+///    zero-length range may sit anywhere from the first byte to one past
+///    the last.
+pub fn validate(
+    info: &RegionInfo,
+    key: Key,
+    pd: u32,
+    is_remote: bool,
+    needed: AccessFlags,
+    va: u64,
+    len: usize,
+) -> Result<Region, MemError> {
+    if key.index() != info.key.index() {
+        return Err(MemError::InvalidKey { key });
+    }
+    if key.key() != info.key.key() {
+        return Err(MemError::KeyMismatch { key });
+    }
+    if is_remote && !info.has_rkey() {
+        return Err(MemError::InvalidKey { key });
+    }
+    if pd != info.pd {
+        return Err(MemError::PdMismatch);
+    }
+    if !info.access.contains(needed) {
+        let missing = AccessFlags::from_bits_truncate(needed.bits() & !info.access.bits());
+        return Err(MemError::AccessDenied { needed: missing });
+    }
+    let len64 = u64::try_from(len).map_err(|_| MemError::Overflow)?;
+    let end = va.checked_add(len64).ok_or(MemError::Overflow)?;
+    let info_len = u64::try_from(info.len).map_err(|_| MemError::Overflow)?;
+    let info_end = info.va.checked_add(info_len).ok_or(MemError::Overflow)?;
+    if va < info.va || end > info_end {
+        return Err(MemError::OutOfBounds { va, len });
+    }
+    // va - info.va <= info.len, which is a usize.
+    let start = usize::try_from(va - info.va).map_err(|_| MemError::Overflow)?;
+    Ok(Region {
+        key: info.key,
+        va,
+        len,
+        start,
+    })
+}
+
+/// A 64-bit atomic operation (IBTA 9.4.5): compare-and-swap or fetch-and-add.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AtomicOp {
+    /// Write `swap` if the value equals `compare`.
+    CmpSwap { compare: u64, swap: u64 },
+    /// Add `add`, wrapping.
+    FetchAdd { add: u64 },
+}
+
+impl AtomicOp {
+    /// The value the target holds after the operation, given `old`.
+    pub const fn apply(self, old: u64) -> u64 {
+        match self {
+            AtomicOp::CmpSwap { compare, swap } => {
+                if old == compare {
+                    swap
+                } else {
+                    old
+                }
+            }
+            AtomicOp::FetchAdd { add } => old.wrapping_add(add),
+        }
+    }
+}
+
+/// Registered memory as the transport sees it.
+pub trait MemoryAccess {
+    /// Validates an access of `len` bytes at `va` through `key` from a QP in
+    /// protection domain `pd`: `is_remote` for an R_Key from the wire, not for
+    /// an L_Key of a local SGE; `needed` the rights the access needs (none for
+    /// a local read). Implementations look up the region by `key.index()` and
+    /// apply [`validate`].
+    fn check(
+        &self,
+        key: Key,
+        pd: u32,
+        is_remote: bool,
+        needed: AccessFlags,
+        va: u64,
+        len: usize,
+    ) -> Result<Region, MemError>;
+
+    /// Copies `dst.len()` bytes at `offset` into `region` to `dst`. Errors if
+    /// they are not inside `region` or its key no longer names a region; a
+    /// zero-length copy always succeeds.
+    fn read(&self, region: &Region, offset: usize, dst: &mut [u8]) -> Result<(), MemError>;
+
+    /// Copies `src` to `offset` bytes into `region`; errors as [`read`].
+    ///
+    /// [`read`]: MemoryAccess::read
+    fn write(&mut self, region: &Region, offset: usize, src: &[u8]) -> Result<(), MemError>;
+
+    /// Validates the RETH of an RDMA WRITE or READ (`needed` is
+    /// `REMOTE_WRITE` or `REMOTE_READ`). A zero DMA length needs no valid
+    /// R_Key or address (C9-88): it gets [`Region::empty`] without a lookup.
+    fn check_rdma(
+        &self,
+        rkey: Key,
+        pd: u32,
+        needed: AccessFlags,
+        va: u64,
+        dma_len: u32,
+    ) -> Result<Region, MemError> {
+        if dma_len == 0 {
+            return Ok(Region::empty(va));
+        }
+        let len = usize::try_from(dma_len).map_err(|_| MemError::Overflow)?;
+        self.check(rkey, pd, true, needed, va, len)
+    }
+
+    /// Validates an AtomicETH and performs `op` on the 8 bytes at `va`
+    /// (host byte order), returning the original value. Key, PD, the
+    /// `REMOTE_ATOMIC` right and bounds are checked first, then the 8-byte
+    /// alignment of `va`.
+    fn atomic(&mut self, rkey: Key, pd: u32, va: u64, op: AtomicOp) -> Result<u64, MemError> {
+        let region = self.check(rkey, pd, true, AccessFlags::REMOTE_ATOMIC, va, 8)?;
+        if va % 8 != 0 {
+            return Err(MemError::Misaligned { va });
+        }
+        let mut buf = [0u8; 8];
+        self.read(&region, 0, &mut buf)?;
+        let old = u64::from_ne_bytes(buf);
+        let new = op.apply(old);
+        if new != old {
+            self.write(&region, 0, &new.to_ne_bytes())?;
+        }
+        Ok(old)
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Slot {
+    /// The key portion the next registration in this slot gets.
+    next_key: u8,
+    mr: Option<(RegionInfo, Vec<u8>)>,
+}
+
+/// Registered memory backed by `Vec<u8>` buffers, one per region, each with
+/// its own key, PD, base virtual address and rights. Index `i` of a key names
+/// slot `i - 1`, so that key 0 never names a region; a slot reused after
+/// [`VecMemory::deregister`] gets the next key portion, so that the old key
+/// fails with [`MemError::KeyMismatch`].
+#[derive(Debug, Clone, Default)]
+pub struct VecMemory {
+    slots: Vec<Slot>,
+}
+
+impl VecMemory {
+    pub fn new() -> VecMemory {
+        VecMemory::default()
+    }
+
+    /// Registers `len` zero bytes at virtual address `va`. Errors with
+    /// [`MemError::Overflow`] if `va + len` overflows or the table is full
+    /// (2^24 - 1 regions).
+    pub fn register(
+        &mut self,
+        pd: u32,
+        va: u64,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<Key, MemError> {
+        self.register_bytes(pd, va, vec![0; len], access)
+    }
+
+    /// Registers `data` at virtual address `va`; errors as
+    /// [`VecMemory::register`].
+    pub fn register_bytes(
+        &mut self,
+        pd: u32,
+        va: u64,
+        data: Vec<u8>,
+        access: AccessFlags,
+    ) -> Result<Key, MemError> {
+        let len64 = u64::try_from(data.len()).map_err(|_| MemError::Overflow)?;
+        va.checked_add(len64).ok_or(MemError::Overflow)?;
+        let slot = match self.slots.iter().position(|s| s.mr.is_none()) {
+            Some(i) => i,
+            None => {
+                self.slots.push(Slot {
+                    next_key: 0,
+                    mr: None,
+                });
+                self.slots.len() - 1
+            }
+        };
+        let index = u32::try_from(slot + 1).map_err(|_| MemError::Overflow)?;
+        let s = &mut self.slots[slot];
+        let key = Key::from_parts(index, s.next_key).ok_or(MemError::Overflow)?;
+        s.next_key = s.next_key.wrapping_add(1);
+        let info = RegionInfo {
+            key,
+            pd,
+            va,
+            len: data.len(),
+            access,
+        };
+        s.mr = Some((info, data));
+        Ok(key)
+    }
+
+    /// Removes the region `key` names, returning its bytes.
+    pub fn deregister(&mut self, key: Key) -> Result<Vec<u8>, MemError> {
+        let slot = self.slot_of(key)?;
+        let (_, data) = self.slots[slot]
+            .mr
+            .take()
+            .ok_or(MemError::InvalidKey { key })?;
+        Ok(data)
+    }
+
+    /// The region `key` names.
+    pub fn info(&self, key: Key) -> Result<&RegionInfo, MemError> {
+        self.entry(key).map(|(info, _)| info)
+    }
+
+    /// The bytes of the region `key` names.
+    pub fn bytes(&self, key: Key) -> Result<&[u8], MemError> {
+        self.entry(key).map(|(_, data)| data.as_slice())
+    }
+
+    /// The bytes of the region `key` names, for a test to fill.
+    pub fn bytes_mut(&mut self, key: Key) -> Result<&mut [u8], MemError> {
+        let slot = self.slot_of(key)?;
+        match &mut self.slots[slot].mr {
+            Some((_, data)) => Ok(data.as_mut_slice()),
+            None => Err(MemError::InvalidKey { key }),
+        }
+    }
+
+    /// The slot of `key`'s region, checking the key portion.
+    fn slot_of(&self, key: Key) -> Result<usize, MemError> {
+        let slot = (key.index() as usize)
+            .checked_sub(1)
+            .ok_or(MemError::InvalidKey { key })?;
+        match self.slots.get(slot).and_then(|s| s.mr.as_ref()) {
+            None => Err(MemError::InvalidKey { key }),
+            Some((info, _)) if info.key != key => Err(MemError::KeyMismatch { key }),
+            Some(_) => Ok(slot),
+        }
+    }
+
+    fn entry(&self, key: Key) -> Result<&(RegionInfo, Vec<u8>), MemError> {
+        let slot = self.slot_of(key)?;
+        self.slots[slot]
+            .mr
+            .as_ref()
+            .ok_or(MemError::InvalidKey { key })
+    }
+}
+
+impl MemoryAccess for VecMemory {
+    fn check(
+        &self,
+        key: Key,
+        pd: u32,
+        is_remote: bool,
+        needed: AccessFlags,
+        va: u64,
+        len: usize,
+    ) -> Result<Region, MemError> {
+        let (info, _) = self.entry(key)?;
+        validate(info, key, pd, is_remote, needed, va, len)
+    }
+
+    fn read(&self, region: &Region, offset: usize, dst: &mut [u8]) -> Result<(), MemError> {
+        let range = region.bytes(offset, dst.len())?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        let (_, data) = self.entry(region.key)?;
+        let src = data.get(range).ok_or(MemError::OutOfBounds {
+            va: region.va.saturating_add(offset as u64),
+            len: dst.len(),
+        })?;
+        dst.copy_from_slice(src);
+        Ok(())
+    }
+
+    fn write(&mut self, region: &Region, offset: usize, src: &[u8]) -> Result<(), MemError> {
+        let range = region.bytes(offset, src.len())?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        let slot = self.slot_of(region.key)?;
+        let data = match &mut self.slots[slot].mr {
+            Some((_, data)) => data,
+            None => return Err(MemError::InvalidKey { key: region.key }),
+        };
+        let dst = data.get_mut(range).ok_or(MemError::OutOfBounds {
+            va: region.va.saturating_add(offset as u64),
+            len: src.len(),
+        })?;
+        dst.copy_from_slice(src);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const PD: u32 = 7;
+    const BASE: u64 = 0x1000;
+    const LEN: usize = 64;
+    const ALL: AccessFlags = AccessFlags::all();
+    const RW: AccessFlags = AccessFlags::REMOTE_WRITE;
+    const RR: AccessFlags = AccessFlags::REMOTE_READ;
+    const RA: AccessFlags = AccessFlags::REMOTE_ATOMIC;
+    const LW: AccessFlags = AccessFlags::LOCAL_WRITE;
+
+    fn mem(access: AccessFlags) -> (VecMemory, Key) {
+        let mut m = VecMemory::new();
+        let data = (0..LEN as u8).collect();
+        let k = m.register_bytes(PD, BASE, data, access).unwrap();
+        (m, k)
+    }
+
+    #[test]
+    fn key_parts() {
+        let k = Key::from_parts(0x12_3456, 0x78).unwrap();
+        assert_eq!(k.raw(), 0x1234_5678);
+        assert_eq!(k.index(), 0x12_3456);
+        assert_eq!(k.key(), 0x78);
+        assert_eq!(k.with_key(0xff).raw(), 0x1234_56ff);
+        assert_eq!(k.with_key(0xff).inc().raw(), 0x1234_5600);
+        assert_eq!(Key::from_parts(0x100_0000, 0), None);
+        assert_eq!(Key::from(0xdead_beef).index(), 0xde_adbe);
+        assert_eq!(k.to_string(), "0x12345678");
+    }
+
+    #[test]
+    fn nak_codes() {
+        let k = Key::new(0x100);
+        for e in [
+            MemError::InvalidKey { key: k },
+            MemError::KeyMismatch { key: k },
+            MemError::PdMismatch,
+            MemError::AccessDenied { needed: RW },
+            MemError::OutOfBounds { va: 0, len: 1 },
+            MemError::Overflow,
+        ] {
+            assert_eq!(e.nak_code(), NakCode::RemoteAccessError, "{e}");
+        }
+        assert_eq!(
+            MemError::Misaligned { va: 4 }.nak_code(),
+            NakCode::InvalidRequest
+        );
+    }
+
+    #[test]
+    fn key_errors() {
+        let (m, k) = mem(ALL);
+        assert_eq!(
+            m.check(k.inc(), PD, true, RW, BASE, 1),
+            Err(MemError::KeyMismatch { key: k.inc() })
+        );
+        let unknown = Key::from_parts(k.index() + 1, k.key()).unwrap();
+        assert_eq!(
+            m.check(unknown, PD, true, RW, BASE, 1),
+            Err(MemError::InvalidKey { key: unknown })
+        );
+        assert_eq!(
+            m.check(Key::new(0), PD, true, RW, BASE, 1),
+            Err(MemError::InvalidKey { key: Key::new(0) })
+        );
+    }
+
+    #[test]
+    fn reregistration_changes_key_portion() {
+        let (mut m, k) = mem(ALL);
+        m.deregister(k).unwrap();
+        assert_eq!(
+            m.check(k, PD, true, RW, BASE, 1),
+            Err(MemError::InvalidKey { key: k })
+        );
+        let k2 = m.register(PD, BASE, LEN, ALL).unwrap();
+        assert_eq!(k2.index(), k.index());
+        assert_ne!(k2.key(), k.key());
+        assert_eq!(
+            m.check(k, PD, true, RW, BASE, 1),
+            Err(MemError::KeyMismatch { key: k })
+        );
+        assert!(m.check(k2, PD, true, RW, BASE, 1).is_ok());
+    }
+
+    #[test]
+    fn stale_region_is_refused_on_copy() {
+        let (mut m, k) = mem(ALL);
+        let r = m.check(k, PD, true, RW, BASE, 8).unwrap();
+        m.deregister(k).unwrap();
+        m.register(PD, BASE, LEN, ALL).unwrap();
+        assert_eq!(
+            m.write(&r, 0, &[1; 8]),
+            Err(MemError::KeyMismatch { key: k })
+        );
+        assert_eq!(
+            m.read(&r, 0, &mut [0; 8]),
+            Err(MemError::KeyMismatch { key: k })
+        );
+    }
+
+    #[test]
+    fn pd_mismatch() {
+        let (m, k) = mem(ALL);
+        assert_eq!(
+            m.check(k, PD + 1, true, RW, BASE, 1),
+            Err(MemError::PdMismatch)
+        );
+        assert_eq!(
+            m.check(k, PD + 1, false, AccessFlags::empty(), BASE, 1),
+            Err(MemError::PdMismatch)
+        );
+    }
+
+    #[test]
+    fn each_missing_right() {
+        for flag in [LW, RW, RR, RA] {
+            let granted = AccessFlags::from_bits_truncate(ALL.bits() & !flag.bits());
+            let (m, k) = mem(granted);
+            let remote = flag != LW;
+            assert_eq!(
+                m.check(k, PD, remote, flag, BASE, 8),
+                Err(MemError::AccessDenied { needed: flag }),
+                "{flag}"
+            );
+            assert!(m.check(k, PD, remote, granted, BASE, 8).is_ok());
+        }
+        // The missing rights are reported, not all of `needed`.
+        let (m, k) = mem(RR);
+        assert_eq!(
+            m.check(k, PD, true, RR | RW, BASE, 8),
+            Err(MemError::AccessDenied { needed: RW })
+        );
+    }
+
+    #[test]
+    fn no_rkey_without_remote_rights() {
+        let (m, k) = mem(LW);
+        assert_eq!(
+            m.check(k, PD, true, AccessFlags::empty(), BASE, 1),
+            Err(MemError::InvalidKey { key: k })
+        );
+        // Locally it is fine: a local read needs no right.
+        assert!(m.check(k, PD, false, AccessFlags::empty(), BASE, 1).is_ok());
+        assert!(m.check(k, PD, false, LW, BASE, 1).is_ok());
+    }
+
+    #[test]
+    fn bounds_at_both_ends() {
+        let (m, k) = mem(ALL);
+        let end = BASE + LEN as u64;
+        assert!(m.check(k, PD, true, RR, BASE, LEN).is_ok());
+        assert_eq!(
+            m.check(k, PD, true, RR, BASE - 1, 1),
+            Err(MemError::OutOfBounds {
+                va: BASE - 1,
+                len: 1
+            })
+        );
+        assert_eq!(
+            m.check(k, PD, true, RR, BASE, LEN + 1),
+            Err(MemError::OutOfBounds {
+                va: BASE,
+                len: LEN + 1
+            })
+        );
+        assert_eq!(
+            m.check(k, PD, true, RR, end - 1, 2),
+            Err(MemError::OutOfBounds {
+                va: end - 1,
+                len: 2
+            })
+        );
+        assert_eq!(
+            m.check(k, PD, true, RR, end, 1),
+            Err(MemError::OutOfBounds { va: end, len: 1 })
+        );
+        // Zero length: allowed from the first byte to one past the last.
+        let r = m.check(k, PD, true, RR, end, 0).unwrap();
+        assert!(r.is_empty());
+        assert_eq!(m.read(&r, 0, &mut []), Ok(()));
+        assert!(m.check(k, PD, true, RR, BASE, 0).is_ok());
+        assert_eq!(
+            m.check(k, PD, true, RR, end + 1, 0),
+            Err(MemError::OutOfBounds {
+                va: end + 1,
+                len: 0
+            })
+        );
+    }
+
+    #[test]
+    fn overflow_is_an_error_not_a_wrap() {
+        let mut m = VecMemory::new();
+        let k = m.register(PD, u64::MAX - 15, 15, ALL).unwrap();
+        assert_eq!(
+            m.check(k, PD, true, RW, u64::MAX - 1, 2),
+            Err(MemError::Overflow)
+        );
+        assert_eq!(
+            m.check(k, PD, true, RW, u64::MAX, usize::MAX),
+            Err(MemError::Overflow)
+        );
+        assert_eq!(
+            m.register(PD, u64::MAX - 15, 17, ALL),
+            Err(MemError::Overflow)
+        );
+        let r = m.check(k, PD, true, RW, u64::MAX - 15, 15).unwrap();
+        assert_eq!(m.write(&r, usize::MAX, &[1]), Err(MemError::Overflow));
+        assert_eq!(
+            m.write(&r, 14, &[1, 2]).unwrap_err().nak_code(),
+            NakCode::RemoteAccessError
+        );
+        assert_eq!(m.write(&r, 14, &[9]), Ok(()));
+        assert_eq!(m.bytes(k).unwrap()[14], 9);
+    }
+
+    #[test]
+    fn rdma_write_at_increasing_offsets_then_read() {
+        let (mut m, k) = mem(ALL);
+        let r = m.check_rdma(k, PD, RW, BASE + 8, 24).unwrap();
+        for (i, chunk) in [[0xa1u8; 8], [0xb2; 8], [0xc3; 8]].iter().enumerate() {
+            m.write(&r, i * 8, chunk).unwrap();
+        }
+        assert_eq!(
+            m.write(&r, 24, &[0]),
+            Err(MemError::OutOfBounds {
+                va: BASE + 32,
+                len: 1
+            })
+        );
+        let b = m.bytes(k).unwrap();
+        assert_eq!(&b[..8], &(0..8).collect::<Vec<u8>>()[..]);
+        assert_eq!(&b[8..16], &[0xa1; 8]);
+        assert_eq!(&b[24..32], &[0xc3; 8]);
+        assert_eq!(b[32], 32);
+        let rr = m.check_rdma(k, PD, RR, BASE + 12, 8).unwrap();
+        let mut out = [0; 8];
+        m.read(&rr, 0, &mut out).unwrap();
+        assert_eq!(out, [0xa1, 0xa1, 0xa1, 0xa1, 0xb2, 0xb2, 0xb2, 0xb2]);
+    }
+
+    #[test]
+    fn zero_length_rdma_needs_no_valid_rkey() {
+        let (mut m, _) = mem(ALL);
+        let r = m
+            .check_rdma(Key::new(0xbad), PD + 1, RW, u64::MAX, 0)
+            .unwrap();
+        assert_eq!(r, Region::empty(u64::MAX));
+        assert_eq!(m.write(&r, 0, &[]), Ok(()));
+        assert!(m.write(&r, 0, &[1]).is_err());
+        assert!(matches!(
+            m.check_rdma(Key::new(0xbad), PD, RW, BASE, 1),
+            Err(MemError::InvalidKey { .. })
+        ));
+    }
+
+    #[test]
+    fn atomics() {
+        let (mut m, k) = mem(ALL);
+        m.bytes_mut(k).unwrap()[8..16].copy_from_slice(&5u64.to_ne_bytes());
+        let va = BASE + 8;
+        let cs = |compare, swap| AtomicOp::CmpSwap { compare, swap };
+        assert_eq!(m.atomic(k, PD, va, cs(4, 9)), Ok(5));
+        assert_eq!(m.atomic(k, PD, va, cs(5, 9)), Ok(5));
+        assert_eq!(m.atomic(k, PD, va, AtomicOp::FetchAdd { add: 3 }), Ok(9));
+        assert_eq!(
+            m.atomic(k, PD, va, AtomicOp::FetchAdd { add: u64::MAX }),
+            Ok(12)
+        );
+        assert_eq!(
+            m.bytes(k).unwrap()[8..16],
+            11u64.to_ne_bytes(),
+            "fetch-add wraps"
+        );
+        // The last 8 bytes are in bounds; one more is not.
+        assert!(m.atomic(k, PD, BASE + 56, cs(0, 0)).is_ok());
+        assert!(matches!(
+            m.atomic(k, PD, BASE + 64, cs(0, 0)),
+            Err(MemError::OutOfBounds { .. })
+        ));
+    }
+
+    #[test]
+    fn atomic_errors() {
+        let (mut m, k) = mem(ALL);
+        let op = AtomicOp::FetchAdd { add: 1 };
+        for off in 1..8 {
+            let e = m.atomic(k, PD, BASE + off, op).unwrap_err();
+            assert_eq!(e, MemError::Misaligned { va: BASE + off });
+            assert_eq!(e.nak_code(), NakCode::InvalidRequest);
+        }
+        assert_eq!(
+            m.bytes(k).unwrap(),
+            &(0..LEN as u8).collect::<Vec<u8>>()[..]
+        );
+        // Key errors come before alignment.
+        assert_eq!(m.atomic(k, PD + 1, BASE + 1, op), Err(MemError::PdMismatch));
+        let (mut m, k) = mem(RR | RW | LW);
+        assert_eq!(
+            m.atomic(k, PD, BASE, op),
+            Err(MemError::AccessDenied { needed: RA })
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn any_range_round_trips_or_errors(
+            va in prop_oneof![BASE - 16..BASE + 2 * LEN as u64, any::<u64>()],
+            len in prop_oneof![0usize..2 * LEN, any::<usize>()],
+            fill in any::<u8>(),
+        ) {
+            let (mut m, k) = mem(ALL);
+            let inside = va >= BASE
+                && (va - BASE) as u128 + len as u128 <= LEN as u128;
+            match m.check(k, PD, true, RW | RR, va, len) {
+                Ok(r) => {
+                    prop_assert!(inside);
+                    prop_assert_eq!(r.len(), len);
+                    let src = vec![fill; len];
+                    m.write(&r, 0, &src).unwrap();
+                    let mut dst = vec![!fill; len];
+                    m.read(&r, 0, &mut dst).unwrap();
+                    prop_assert_eq!(dst, src);
+                    let lo = (va - BASE) as usize;
+                    prop_assert!(m.bytes(k).unwrap()[lo..lo + len].iter().all(|&b| b == fill));
+                    prop_assert!(m.write(&r, len, &[0]).is_err());
+                }
+                Err(e) => {
+                    prop_assert!(!inside);
+                    let bounds_error = matches!(e, MemError::OutOfBounds { .. } | MemError::Overflow);
+                    prop_assert!(bounds_error, "unexpected {:?}", e);
+                }
+            }
+        }
+
+        #[test]
+        fn copies_at_any_offset_stay_inside(off in any::<usize>(), n in 0usize..100) {
+            let (mut m, k) = mem(ALL);
+            let r = m.check(k, PD, true, RW, BASE + 8, 32).unwrap();
+            let ok = off.checked_add(n).is_some_and(|e| e <= 32);
+            prop_assert_eq!(m.write(&r, off, &vec![1; n]).is_ok(), ok);
+            prop_assert_eq!(m.read(&r, off, &mut vec![0; n]).is_ok(), ok);
+            let b = m.bytes(k).unwrap();
+            prop_assert!(b[..8].iter().enumerate().all(|(i, &x)| x == i as u8));
+            prop_assert!(b[40..].iter().enumerate().all(|(i, &x)| x == 40 + i as u8));
+        }
+    }
+}
