@@ -143,18 +143,6 @@ pub fn emit_roce_v2(
                 source: s.octets(),
                 destination: d.octets(),
             };
-            if ip.ipv6_udp_checksum {
-                // The ICRC slot must hold its final value before the checksum
-                // covers it, so fill it over a provisional header first.
-                buf[..Ipv6Header::LEN].copy_from_slice(&h.to_bytes());
-                buf[Ipv6Header::LEN..hlen].copy_from_slice(&udp.to_bytes());
-                fill_icrc(buf, hlen, total)?;
-                udp =
-                    UdpHeader::with_ipv6_checksum(ip.src_port, ROCE_V2_PORT, &h, &buf[hlen..total])
-                        .map_err(|_| {
-                            Error::new(Layer::Udp, ErrorKind::Malformed("UDP checksum"))
-                        })?;
-            }
             buf[..Ipv6Header::LEN].copy_from_slice(&h.to_bytes());
             Ipv6Header::LEN
         }
@@ -166,7 +154,21 @@ pub fn emit_roce_v2(
         }
     };
     buf[ip_len..hlen].copy_from_slice(&udp.to_bytes());
+    // The ICRC masks the UDP checksum, so it can be computed first and the
+    // checksum (which covers the ICRC) last.
     fill_icrc(buf, hlen, total)?;
+    if let (true, IpAddr::V6(s), IpAddr::V6(d)) = (ip.ipv6_udp_checksum, ip.src, ip.dst) {
+        let h = Ipv6Header {
+            payload_length: udp_len,
+            next_header: IpNumber::UDP,
+            source: s.octets(),
+            destination: d.octets(),
+            ..Default::default()
+        };
+        udp = UdpHeader::with_ipv6_checksum(ip.src_port, ROCE_V2_PORT, &h, &buf[hlen..total])
+            .map_err(|_| Error::new(Layer::Udp, ErrorKind::Malformed("UDP checksum")))?;
+        buf[ip_len..hlen].copy_from_slice(&udp.to_bytes());
+    }
     Ok(total)
 }
 
