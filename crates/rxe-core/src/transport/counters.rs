@@ -94,6 +94,22 @@ counters! {
     DropUnexpectedHeader => "drop_unexpected_header",
     /// Dropped: a malformed Ethernet, IP or UDP header.
     DropMalformed => "drop_malformed",
+    /// Dropped: no QP with the packet's destination QPN.
+    DropUnknownQp => "drop_unknown_qp",
+    /// Dropped: the opcode's transport is not the QP's type.
+    DropWrongTransport => "drop_wrong_transport",
+    /// Dropped: the QP is in a state that does not receive.
+    DropQpState => "drop_qp_state",
+    /// Dropped: the BTH P_Key does not match.
+    DropPkeyMismatch => "drop_pkey_mismatch",
+    /// Dropped: the DETH Q_Key does not match the QP's (UD).
+    DropQkeyMismatch => "drop_qkey_mismatch",
+    /// Dropped: a UD message with no receive posted.
+    DropNoRecv => "drop_no_recv",
+    /// Dropped: a UC message with a lost packet (the rest is discarded).
+    DropUcIncomplete => "drop_uc_incomplete",
+    /// Dropped: a response that answers nothing outstanding.
+    DropUnexpectedResponse => "drop_unexpected_response",
 }
 
 impl Counter {

@@ -14,17 +14,31 @@
 //! Specification Volume 1; some were taken from secondary sources and are
 //! marked where they could not be checked against the text.
 
+mod completer;
 pub mod counters;
+pub mod endpoint;
 pub mod memory;
 pub mod psn;
+pub mod qp;
 pub mod qp_attr;
 pub mod qp_state;
+pub mod requester;
+pub mod responder;
+pub mod time;
+pub mod wr;
 
 pub use counters::{Counter, Counters};
+pub use endpoint::{pkeys_match, Endpoint, EndpointError, GSI_QPN};
 pub use memory::{validate, AtomicOp, Key, MemError, MemoryAccess, Region, RegionInfo, VecMemory};
 pub use psn::{classify_request, Psn, PsnOutOfRange, RequestPsn};
+pub use qp::{AsyncEvent, QpCommon, QpInit, RecvMeta, Transmit};
 pub use qp_attr::{
     local_ack_timeout, rnr_timer, AccessFlags, AddressVector, AltPath, Attr, AttrMask, MigState,
     PathMtu, QpAttr, QpState, QpType, GSI_QKEY,
 };
 pub use qp_state::{modify, transition, ModifyError, QpCaps, QpConfig, Transition};
+pub use time::Instant;
+pub use wr::{
+    PostError, RecvWr, SendData, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion,
+    WorkQueue,
+};

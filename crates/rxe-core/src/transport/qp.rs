@@ -1,0 +1,178 @@
+//! What one QP's requester, completer and responder share: its identity,
+//! its configuration, the completions and events it has produced, and the
+//! fatal-error signal. Each side keeps its own state in its own module.
+
+use std::collections::VecDeque;
+
+use super::qp_attr::{AddressVector, PathMtu, QpState, QpType};
+use super::qp_state::QpConfig;
+use super::wr::WorkCompletion;
+
+/// What a QP is created with (`ibv_qp_init_attr`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct QpInit {
+    pub qp_type: QpType,
+    /// The protection domain every memory access of this QP must match.
+    pub pd: u32,
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline_data: u32,
+    /// Every send completes with a completion, signaled or not.
+    pub sq_sig_all: bool,
+}
+
+impl QpInit {
+    /// Small defaults, as a test or `ibv_rc_pingpong` would ask for.
+    pub fn new(qp_type: QpType, pd: u32) -> QpInit {
+        QpInit {
+            qp_type,
+            pd,
+            max_send_wr: 128,
+            max_recv_wr: 128,
+            max_send_sge: 4,
+            max_recv_sge: 4,
+            max_inline_data: 256,
+            sq_sig_all: false,
+        }
+    }
+}
+
+/// An asynchronous event (`ibv_event_type`, the QP ones).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AsyncEvent {
+    /// The first packet arrived in RTR (IBTA 11.6.3, `IBV_EVENT_COMM_EST`).
+    CommEstablished { qpn: u32 },
+    /// The QP went to ERR on its own (`IBV_EVENT_QP_FATAL`).
+    QpFatal { qpn: u32 },
+    /// SQD reached with nothing outstanding (`IBV_EVENT_SQ_DRAINED`).
+    SqDrained { qpn: u32 },
+    /// The last receive of a QP in ERR attached to an SRQ
+    /// (`IBV_EVENT_QP_LAST_WQE_REACHED`).
+    LastWqeReached { qpn: u32 },
+}
+
+/// A packet the engine wrote into the caller's buffer: BTH through pad,
+/// then 4 zero bytes where the device puts the ICRC once it knows the IP
+/// and UDP headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    pub len: usize,
+    /// Where it goes: the QP's path (RC/UC) or the work request's (UD).
+    pub dest: AddressVector,
+    /// The sending QP, from which the device derives the UDP source port.
+    pub src_qpn: u32,
+}
+
+/// What the device knows of a received packet beyond its transport bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecvMeta {
+    /// Source and destination GIDs (IPv4-mapped for RoCEv2 over IPv4).
+    pub sgid: [u8; 16],
+    pub dgid: [u8; 16],
+    /// The 40 bytes a UD receive buffer starts with: for IPv4, 20 zero
+    /// bytes then the IPv4 header; for IPv6 (and RoCEv1) the IPv6 header or
+    /// GRH (IBTA 11.4.1.2; RoCEv2 Annex A17.4.5.1).
+    pub grh: [u8; 40],
+}
+
+impl RecvMeta {
+    /// Metadata for a packet between two GIDs with an all-zero GRH space.
+    pub fn between(sgid: [u8; 16], dgid: [u8; 16]) -> RecvMeta {
+        RecvMeta {
+            sgid,
+            dgid,
+            grh: [0; 40],
+        }
+    }
+}
+
+/// The part of a QP that both directions use.
+#[derive(Debug, Clone)]
+pub struct QpCommon {
+    pub qpn: u32,
+    pub init: QpInit,
+    pub config: QpConfig,
+    /// The P_Key at the QP's `pkey_index`, kept current by the endpoint.
+    pub pkey: u16,
+    completions: VecDeque<WorkCompletion>,
+    events: VecDeque<AsyncEvent>,
+    flush_pending: bool,
+}
+
+impl QpCommon {
+    pub fn new(qpn: u32, init: QpInit, config: QpConfig, pkey: u16) -> QpCommon {
+        QpCommon {
+            qpn,
+            init,
+            config,
+            pkey,
+            completions: VecDeque::new(),
+            events: VecDeque::new(),
+            flush_pending: false,
+        }
+    }
+
+    pub fn qp_type(&self) -> QpType {
+        self.config.qp_type()
+    }
+
+    pub fn state(&self) -> QpState {
+        self.config.state()
+    }
+
+    /// The path MTU in bytes; UD/GSI QPs, which have none, use the port's.
+    pub fn mtu(&self) -> u32 {
+        self.config
+            .attrs()
+            .path_mtu
+            .unwrap_or(self.config.caps().max_path_mtu)
+            .bytes()
+    }
+
+    pub fn path_mtu(&self) -> PathMtu {
+        self.config
+            .attrs()
+            .path_mtu
+            .unwrap_or(self.config.caps().max_path_mtu)
+    }
+
+    pub fn complete(&mut self, wc: WorkCompletion) {
+        self.completions.push_back(wc);
+    }
+
+    pub fn event(&mut self, ev: AsyncEvent) {
+        self.events.push_back(ev);
+    }
+
+    pub fn pop_completion(&mut self) -> Option<WorkCompletion> {
+        self.completions.pop_front()
+    }
+
+    pub fn pop_event(&mut self) -> Option<AsyncEvent> {
+        self.events.pop_front()
+    }
+
+    /// A fatal error: the QP goes to ERR, raises QP_FATAL, and the endpoint
+    /// flushes both work queues once the current call returns (IBTA 10.3.1,
+    /// 11.6.2: in ERR every outstanding and later request completes with
+    /// WR_FLUSH_ERR).
+    pub fn fatal(&mut self) {
+        if self.config.state() != QpState::Error {
+            self.config.enter_error();
+            self.events.push_back(AsyncEvent::QpFatal { qpn: self.qpn });
+        }
+        self.flush_pending = true;
+    }
+
+    /// Asks for a flush of both queues (after a Modify QP to ERR).
+    pub fn request_flush(&mut self) {
+        self.flush_pending = true;
+    }
+
+    /// Whether a flush is due; clears the flag.
+    pub fn take_flush(&mut self) -> bool {
+        core::mem::take(&mut self.flush_pending)
+    }
+}

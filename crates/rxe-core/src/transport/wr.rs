@@ -1,0 +1,260 @@
+//! Work requests in, work completions out: the values that cross between
+//! the verbs layer and the transport engine. Names follow libibverbs
+//! (`ibv_send_wr`, `ibv_recv_wr`, `ibv_wc`).
+
+use super::qp_attr::AddressVector;
+
+/// A scatter/gather element: `length` bytes at virtual address `addr` of
+/// the memory region named by `lkey`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Sge {
+    pub addr: u64,
+    pub length: u32,
+    pub lkey: u32,
+}
+
+/// What a send work request does (`ibv_wr_opcode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SendOp {
+    Send,
+    SendWithImm {
+        imm: u32,
+    },
+    /// SEND that invalidates `rkey` at the responder (RC only).
+    SendWithInv {
+        rkey: u32,
+    },
+    RdmaWrite {
+        remote_addr: u64,
+        rkey: u32,
+    },
+    RdmaWriteWithImm {
+        remote_addr: u64,
+        rkey: u32,
+        imm: u32,
+    },
+    RdmaRead {
+        remote_addr: u64,
+        rkey: u32,
+    },
+    /// 64-bit compare and swap at an 8-byte aligned `remote_addr`.
+    CmpSwap {
+        remote_addr: u64,
+        rkey: u32,
+        compare: u64,
+        swap: u64,
+    },
+    /// 64-bit fetch and add at an 8-byte aligned `remote_addr`.
+    FetchAdd {
+        remote_addr: u64,
+        rkey: u32,
+        add: u64,
+    },
+}
+
+impl SendOp {
+    /// The opcode a completion of this request reports.
+    pub const fn wc_opcode(self) -> WcOpcode {
+        match self {
+            SendOp::Send | SendOp::SendWithImm { .. } | SendOp::SendWithInv { .. } => {
+                WcOpcode::Send
+            }
+            SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. } => WcOpcode::RdmaWrite,
+            SendOp::RdmaRead { .. } => WcOpcode::RdmaRead,
+            SendOp::CmpSwap { .. } => WcOpcode::CompSwap,
+            SendOp::FetchAdd { .. } => WcOpcode::FetchAdd,
+        }
+    }
+
+    /// READ and atomics: the responder answers with data, and at most
+    /// `max_rd_atomic` of them may be outstanding (IBTA 9.5, 10.2.3).
+    pub const fn is_read_or_atomic(self) -> bool {
+        matches!(
+            self,
+            SendOp::RdmaRead { .. } | SendOp::CmpSwap { .. } | SendOp::FetchAdd { .. }
+        )
+    }
+
+    pub const fn is_atomic(self) -> bool {
+        matches!(self, SendOp::CmpSwap { .. } | SendOp::FetchAdd { .. })
+    }
+}
+
+/// Where the data of a send comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendData {
+    /// Gathered from registered memory when the packets are built.
+    Sges(Vec<Sge>),
+    /// Copied at post time (`IBV_SEND_INLINE`): no lkey is involved.
+    Inline(Vec<u8>),
+}
+
+impl SendData {
+    /// Total bytes, saturating (a list whose lengths overflow is refused at
+    /// post time anyway).
+    pub fn len(&self) -> u64 {
+        match self {
+            SendData::Sges(s) => s
+                .iter()
+                .fold(0u64, |a, s| a.saturating_add(u64::from(s.length))),
+            SendData::Inline(b) => b.len() as u64,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The destination of a UD send (`wr.ud`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct UdDest {
+    pub av: AddressVector,
+    pub remote_qpn: u32,
+    /// A Q_Key with the high bit set means "use the QP's own Q_Key"
+    /// (IBTA 10.2.5).
+    pub remote_qkey: u32,
+}
+
+/// A send work request (`ibv_send_wr`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendWr {
+    pub wr_id: u64,
+    pub op: SendOp,
+    /// For READ: where the data lands. For atomics: one 8-byte SGE that
+    /// receives the original value.
+    pub data: SendData,
+    /// Generate a completion when this request completes successfully
+    /// (errors always complete).
+    pub signaled: bool,
+    /// Wait for all earlier READs and atomics to complete first (IBTA 10.8.3.3).
+    pub fence: bool,
+    /// Ask the responder to raise a solicited event (BTH SE).
+    pub solicited: bool,
+    /// UD only.
+    pub ud: Option<UdDest>,
+}
+
+/// A receive work request (`ibv_recv_wr`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecvWr {
+    pub wr_id: u64,
+    pub sg_list: Vec<Sge>,
+}
+
+/// `ibv_wc_status`, in libibverbs order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WcStatus {
+    Success,
+    LocLenErr,
+    LocQpOpErr,
+    LocEecOpErr,
+    LocProtErr,
+    WrFlushErr,
+    MwBindErr,
+    BadRespErr,
+    LocAccessErr,
+    RemInvReqErr,
+    RemAccessErr,
+    RemOpErr,
+    RetryExcErr,
+    RnrRetryExcErr,
+    LocRddViolErr,
+    RemInvRdReqErr,
+    RemAbortErr,
+    InvEecnErr,
+    InvEecStateErr,
+    FatalErr,
+    RespTimeoutErr,
+    GeneralErr,
+}
+
+/// `ibv_wc_opcode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WcOpcode {
+    Send,
+    RdmaWrite,
+    RdmaRead,
+    CompSwap,
+    FetchAdd,
+    Recv,
+    RecvRdmaWithImm,
+}
+
+/// Which queue a completion belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WorkQueue {
+    Send,
+    Recv,
+}
+
+/// A work completion (`ibv_wc`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct WorkCompletion {
+    pub wr_id: u64,
+    pub status: WcStatus,
+    pub opcode: WcOpcode,
+    /// Receive: bytes written (for UD including the 40-byte GRH space).
+    pub byte_len: u32,
+    /// Immediate data (`IBV_WC_WITH_IMM`).
+    pub imm_data: Option<u32>,
+    /// The R_Key a SEND with Invalidate invalidated (`IBV_WC_WITH_INV`).
+    pub invalidated_rkey: Option<u32>,
+    pub qp_num: u32,
+    /// UD: the sender's QPN (from the DETH).
+    pub src_qp: u32,
+    /// UD: the GRH space holds the network header (`IBV_WC_GRH`).
+    pub grh: bool,
+    pub pkey_index: u16,
+    pub sl: u8,
+    pub queue: WorkQueue,
+}
+
+impl WorkCompletion {
+    /// A completion with status `status` and everything else zero/none.
+    pub fn new(
+        wr_id: u64,
+        status: WcStatus,
+        opcode: WcOpcode,
+        qp_num: u32,
+        queue: WorkQueue,
+    ) -> Self {
+        WorkCompletion {
+            wr_id,
+            status,
+            opcode,
+            byte_len: 0,
+            imm_data: None,
+            invalidated_rkey: None,
+            qp_num,
+            src_qp: 0,
+            grh: false,
+            pkey_index: 0,
+            sl: 0,
+            queue,
+        }
+    }
+}
+
+/// Why a post was refused; nothing was queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PostError {
+    #[error("no QP with number {0:#x}")]
+    NoSuchQp(u32),
+    #[error("the QP's state does not accept this post")]
+    BadState,
+    #[error("the work queue is full ({depth} entries)")]
+    QueueFull { depth: u32 },
+    #[error("{given} scatter/gather entries, at most {max}")]
+    TooManySges { given: usize, max: u32 },
+    #[error("{given} bytes of inline data, at most {max}")]
+    InlineTooLarge { given: usize, max: u32 },
+    #[error("the operation is not supported on this QP type")]
+    OpNotSupported,
+    #[error("a UD send needs a destination (wr.ud)")]
+    MissingUdDest,
+    #[error("message of {len} bytes exceeds the limit of {max}")]
+    MessageTooLarge { len: u64, max: u64 },
+    #[error("an atomic needs exactly one 8-byte SGE and an 8-byte aligned address")]
+    BadAtomic,
+}
