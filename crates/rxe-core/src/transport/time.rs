@@ -19,7 +19,7 @@ impl Instant {
     }
 
     /// `self + d`, saturating at the end of time rather than wrapping.
-    pub fn add(self, d: Duration) -> Instant {
+    pub fn saturating_add(self, d: Duration) -> Instant {
         let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         Instant(self.0.saturating_add(ns))
     }
@@ -37,9 +37,12 @@ mod tests {
     #[test]
     fn add_saturates_and_since_clamps() {
         let t = Instant::from_nanos(10);
-        assert_eq!(t.add(Duration::from_nanos(5)), Instant::from_nanos(15));
         assert_eq!(
-            Instant::from_nanos(u64::MAX - 1).add(Duration::MAX),
+            t.saturating_add(Duration::from_nanos(5)),
+            Instant::from_nanos(15)
+        );
+        assert_eq!(
+            Instant::from_nanos(u64::MAX - 1).saturating_add(Duration::MAX),
             Instant::from_nanos(u64::MAX)
         );
         assert_eq!(t.saturating_since(Instant::from_nanos(20)), Duration::ZERO);
