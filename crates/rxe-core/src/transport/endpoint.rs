@@ -390,6 +390,137 @@ fn pkey_of(table: &[u16], config: &QpConfig) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::transport::memory::VecMemory;
+    use crate::transport::qp_attr::{AccessFlags, AddressVector, PathMtu};
+    use crate::transport::Psn;
+    use crate::wire::{AethRepr, BthRepr, ExtReprs, Opcode, Syndrome};
+
+    /// An endpoint with one RC QP in RTR (expecting PSN 100) and one UD QP
+    /// in RTR.
+    fn setup() -> (Endpoint, u32, u32) {
+        let mut ep = Endpoint::new(QpCaps::default());
+        let rc = ep.create_qp(QpInit::new(QpType::Rc, 1)).unwrap();
+        let ud = ep.create_qp(QpInit::new(QpType::Ud, 1)).unwrap();
+        let init = QpAttr {
+            qp_state: Some(QpState::Init),
+            pkey_index: Some(0),
+            port_num: Some(1),
+            access_flags: Some(AccessFlags::empty()),
+            qkey: Some(0x1111),
+            ..Default::default()
+        };
+        ep.modify_qp(
+            rc,
+            &QpAttr { qkey: None, ..init },
+            init.mask().without(crate::transport::Attr::Qkey),
+        )
+        .unwrap();
+        ep.modify_qp(
+            ud,
+            &QpAttr {
+                access_flags: None,
+                ..init
+            },
+            init.mask().without(crate::transport::Attr::AccessFlags),
+        )
+        .unwrap();
+        let rtr = QpAttr {
+            qp_state: Some(QpState::Rtr),
+            av: Some(AddressVector::default()),
+            path_mtu: Some(PathMtu::Mtu1024),
+            dest_qpn: Some(0x22),
+            rq_psn: Some(Psn::new(100)),
+            max_dest_rd_atomic: Some(1),
+            min_rnr_timer: Some(12),
+            ..Default::default()
+        };
+        ep.modify_qp(rc, &rtr, rtr.mask()).unwrap();
+        let ud_rtr = QpAttr {
+            qp_state: Some(QpState::Rtr),
+            ..Default::default()
+        };
+        ep.modify_qp(ud, &ud_rtr, ud_rtr.mask()).unwrap();
+        (ep, rc, ud)
+    }
+
+    fn ack_to(qpn: u32, pkey: u16) -> Vec<u8> {
+        let bth = BthRepr {
+            opcode: Opcode::RC_ACKNOWLEDGE,
+            solicited: false,
+            mig_req: false,
+            pad_count: 0,
+            pkey,
+            fecn: false,
+            becn: false,
+            dest_qp: qpn,
+            ack_req: false,
+            psn: 5,
+        };
+        let ext = ExtReprs {
+            aeth: Some(AethRepr {
+                syndrome: Syndrome::Ack { credits: 31 },
+                msn: 0,
+            }),
+            ..Default::default()
+        };
+        let t = TransportRepr::new(bth, ext, 0);
+        let mut buf = vec![0; t.buffer_len().unwrap()];
+        t.emit(&mut buf, &[]).unwrap();
+        buf
+    }
+
+    #[test]
+    fn refused_packets_are_counted_by_reason() {
+        let (mut ep, rc, ud) = setup();
+        let mut mem = VecMemory::new();
+        let meta = RecvMeta::between([0; 16], [0; 16]);
+        let now = Instant::ZERO;
+        // Malformed: the wire error's own counter.
+        ep.handle(now, &meta, &[0u8; 7], &mut mem);
+        assert_eq!(ep.counters().get(Counter::DropTruncated), 1);
+        // No such QP.
+        ep.handle(now, &meta, &ack_to(0x999, 0xffff), &mut mem);
+        assert_eq!(ep.counters().get(Counter::DropUnknownQp), 1);
+        // An RC opcode to a UD QP.
+        ep.handle(now, &meta, &ack_to(ud, 0xffff), &mut mem);
+        assert_eq!(ep.counters().get(Counter::DropWrongTransport), 1);
+        // Another partition (0x0001, not the QP's 0x7fff).
+        ep.handle(now, &meta, &ack_to(rc, 0x8001), &mut mem);
+        assert_eq!(ep.counters().get(Counter::DropPkeyMismatch), 1);
+        assert_eq!(ep.counters().get(Counter::RcvdPkts), 4);
+        // After a move to RESET nothing is received.
+        let reset = QpAttr {
+            qp_state: Some(QpState::Reset),
+            ..Default::default()
+        };
+        ep.modify_qp(rc, &reset, reset.mask()).unwrap();
+        ep.handle(now, &meta, &ack_to(rc, 0xffff), &mut mem);
+        assert_eq!(ep.counters().get(Counter::DropQpState), 1);
+    }
+
+    #[test]
+    fn limited_members_never_talk() {
+        let (mut ep, rc, _) = setup();
+        ep.set_pkey_table(vec![0x7fff]);
+        let mut mem = VecMemory::new();
+        let meta = RecvMeta::between([0; 16], [0; 16]);
+        ep.handle(Instant::ZERO, &meta, &ack_to(rc, 0x7fff), &mut mem);
+        assert_eq!(ep.counters().get(Counter::DropPkeyMismatch), 1);
+    }
+
+    #[test]
+    fn qpns_skip_the_special_ones_and_gsi_is_qp1() {
+        let mut ep = Endpoint::new(QpCaps::default());
+        let a = ep.create_qp(QpInit::new(QpType::Rc, 1)).unwrap();
+        assert!(a > 1);
+        assert_eq!(ep.create_qp(QpInit::new(QpType::Gsi, 1)), Ok(GSI_QPN));
+        assert_eq!(
+            ep.create_qp(QpInit::new(QpType::Gsi, 1)),
+            Err(EndpointError::GsiExists)
+        );
+        ep.destroy_qp(a).unwrap();
+        assert_eq!(ep.destroy_qp(a), Err(EndpointError::NoSuchQp(a)));
+    }
 
     #[test]
     fn pkey_matching_rule() {
