@@ -199,6 +199,11 @@ impl Endpoint {
     pub fn post_send(&mut self, qpn: u32, wr: SendWr) -> Result<(), PostError> {
         let qp = self.qps.get_mut(&qpn).ok_or(PostError::NoSuchQp(qpn))?;
         qp.req.post_send(&qp.common, wr)?;
+        // In ERR a send is accepted and flushed at once (IBTA 10.3.1); in
+        // SQE the requester flushes it itself, as the receive side goes on.
+        if qp.common.state() == QpState::Error {
+            qp.common.request_flush();
+        }
         self.after(qpn);
         Ok(())
     }
@@ -206,6 +211,10 @@ impl Endpoint {
     pub fn post_recv(&mut self, qpn: u32, wr: RecvWr) -> Result<(), PostError> {
         let qp = self.qps.get_mut(&qpn).ok_or(PostError::NoSuchQp(qpn))?;
         qp.resp.post_recv(&qp.common, wr)?;
+        // In ERR a receive is accepted and flushed at once (IBTA 10.3.1).
+        if qp.common.state() == QpState::Error {
+            qp.common.request_flush();
+        }
         self.after(qpn);
         Ok(())
     }

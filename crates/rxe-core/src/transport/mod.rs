@@ -37,8 +37,11 @@ pub mod psn;
 pub mod qp;
 pub mod qp_attr;
 pub mod qp_state;
+pub mod recv_queue;
 pub mod requester;
 pub mod responder;
+pub mod responder_resources;
+mod send_queue;
 pub mod time;
 pub mod wr;
 

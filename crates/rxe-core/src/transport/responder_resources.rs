@@ -1,0 +1,169 @@
+//! The responder's memory of the RDMA READ and atomic requests it executed,
+//! so that it can answer their duplicates (IBTA 9.7.5.1.1; the per-QP
+//! "responder resources" that `max_dest_rd_atomic` counts, IBTA 11.2.5):
+//! a READ is re-executed from the duplicate's RETH within the range of the
+//! original, an atomic is answered with the value saved when it ran and is
+//! never executed twice.
+//!
+//! The table is bounded by `max_dest_rd_atomic` entries (at least one); a
+//! new entry replaces the oldest. A requester may have at most
+//! `max_rd_atomic <= max_dest_rd_atomic` READ/atomic requests outstanding, so
+//! the request whose response it still waits for is always among the
+//! newest `max_dest_rd_atomic` ones.
+
+use std::collections::VecDeque;
+
+use super::psn::Psn;
+
+/// What was saved of one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Saved {
+    /// An RDMA READ: its PSN range (`npkts` PSNs from `first`) and RETH.
+    Read {
+        first: Psn,
+        npkts: u32,
+        rkey: u32,
+        va: u64,
+        len: u32,
+    },
+    /// An atomic and the original value its ATOMIC Acknowledge carried.
+    Atomic { psn: Psn, orig: u64 },
+}
+
+/// One saved request with the MSN its response carried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    pub saved: Saved,
+    pub msn: u32,
+}
+
+impl Entry {
+    /// Whether a request with PSN `psn` is (part of) this one.
+    fn covers(&self, psn: Psn) -> bool {
+        match self.saved {
+            Saved::Read { first, npkts, .. } => psn.in_range(first, first.add(npkts.max(1))),
+            Saved::Atomic { psn: p, .. } => p == psn,
+        }
+    }
+}
+
+/// The bounded table of saved READ and atomic requests.
+#[derive(Debug, Clone)]
+pub struct Resources {
+    entries: VecDeque<Entry>,
+    cap: usize,
+}
+
+impl Default for Resources {
+    fn default() -> Self {
+        Resources::new(1)
+    }
+}
+
+impl Resources {
+    /// A table of `cap` entries (at least one).
+    pub fn new(cap: usize) -> Resources {
+        Resources {
+            entries: VecDeque::new(),
+            cap: cap.max(1),
+        }
+    }
+
+    /// Changes the bound (Modify QP of `max_dest_rd_atomic`), dropping the
+    /// oldest entries that no longer fit.
+    pub fn set_capacity(&mut self, cap: usize) {
+        self.cap = cap.max(1);
+        while self.entries.len() > self.cap {
+            self.entries.pop_front();
+        }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.cap
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Saves a request, forgetting the oldest if the table is full.
+    pub fn push(&mut self, entry: Entry) {
+        if self.entries.len() >= self.cap {
+            self.entries.pop_front();
+        }
+        self.entries.push_back(entry);
+    }
+
+    /// The saved request that PSN `psn` belongs to, newest first.
+    pub fn find(&self, psn: Psn) -> Option<Entry> {
+        self.entries.iter().rev().find(|e| e.covers(psn)).copied()
+    }
+
+    pub fn clear(&mut self) {
+        self.entries.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(first: u32, npkts: u32) -> Entry {
+        Entry {
+            saved: Saved::Read {
+                first: Psn::new(first),
+                npkts,
+                rkey: 1,
+                va: 0,
+                len: 0,
+            },
+            msn: 0,
+        }
+    }
+
+    fn atomic(psn: u32, orig: u64) -> Entry {
+        Entry {
+            saved: Saved::Atomic {
+                psn: Psn::new(psn),
+                orig,
+            },
+            msn: 0,
+        }
+    }
+
+    #[test]
+    fn bounded_oldest_evicted() {
+        let mut r = Resources::new(2);
+        r.push(atomic(1, 10));
+        r.push(atomic(2, 20));
+        r.push(atomic(3, 30));
+        assert_eq!(r.len(), 2);
+        assert_eq!(r.find(Psn::new(1)), None);
+        assert_eq!(r.find(Psn::new(3)), Some(atomic(3, 30)));
+        r.set_capacity(1);
+        assert_eq!(r.find(Psn::new(2)), None);
+        assert_eq!(r.capacity(), 1);
+        r.set_capacity(0);
+        assert_eq!(r.capacity(), 1);
+        r.clear();
+        assert!(r.is_empty());
+    }
+
+    #[test]
+    fn read_ranges_wrap() {
+        let mut r = Resources::new(4);
+        r.push(read(0xff_fffe, 4)); // 0xfffffe, 0xffffff, 0, 1
+        assert!(r.find(Psn::new(0xff_fffe)).is_some());
+        assert!(r.find(Psn::new(1)).is_some());
+        assert!(r.find(Psn::new(2)).is_none());
+        assert!(r.find(Psn::new(0xff_fffd)).is_none());
+        // A zero-length READ still takes one PSN.
+        r.push(read(7, 0));
+        assert!(r.find(Psn::new(7)).is_some());
+        assert!(r.find(Psn::new(8)).is_none());
+    }
+}

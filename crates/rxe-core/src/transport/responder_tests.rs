@@ -1,0 +1,1473 @@
+//! Responder tests against hand-built request packets.
+
+use super::*;
+use crate::transport::memory::VecMemory;
+use crate::transport::qp::QpInit;
+use crate::transport::qp_attr::{AddressVector, PathMtu, QpAttr};
+use crate::transport::qp_state::{modify, QpCaps, QpConfig};
+use crate::transport::wr::Sge;
+use crate::wire::{AtomicEthRepr, DethRepr, IethRepr, ImmDtRepr, RethRepr};
+
+const PD: u32 = 3;
+const QPN: u32 = 0x12;
+const PEER: u32 = 0x34;
+const RQ_PSN: u32 = 100;
+const MTU: usize = 256;
+const RNR_TIMER: u8 = 12;
+const QKEY: u32 = 0x1111_1111;
+const ALL: AccessFlags = AccessFlags::all();
+
+struct H {
+    resp: Responder,
+    c: QpCommon,
+    cnt: Counters,
+    mem: VecMemory,
+    meta: RecvMeta,
+    next_va: u64,
+}
+
+fn av() -> AddressVector {
+    let mut dgid = [0u8; 16];
+    dgid[10] = 0xff;
+    dgid[11] = 0xff;
+    dgid[12..].copy_from_slice(&[10, 0, 0, 2]);
+    AddressVector {
+        dgid,
+        hop_limit: 64,
+        ..AddressVector::default()
+    }
+}
+
+fn step(cfg: &QpConfig, attr: QpAttr) -> QpConfig {
+    modify(cfg, &attr, attr.mask()).unwrap()
+}
+
+impl H {
+    /// A QP of type `ty` in RTR; RC/UC with QP access `access` and
+    /// `max_dest_rd_atomic` `max_dest`, expecting `rq_psn`.
+    fn with(ty: QpType, access: AccessFlags, max_dest: u8, rq_psn: u32) -> H {
+        let caps = QpCaps::default();
+        let cfg = match ty {
+            QpType::Gsi => QpConfig::new_gsi(1, caps).unwrap(),
+            _ => QpConfig::new(ty, caps),
+        };
+        let mut init = QpAttr {
+            qp_state: Some(QpState::Init),
+            pkey_index: Some(0),
+            ..QpAttr::default()
+        };
+        match ty {
+            QpType::Rc | QpType::Uc => {
+                init.port_num = Some(1);
+                init.access_flags = Some(access);
+            }
+            QpType::Ud => {
+                init.port_num = Some(1);
+                init.qkey = Some(QKEY);
+            }
+            QpType::Gsi => init.qkey = Some(GSI_QKEY),
+        }
+        let cfg = step(&cfg, init);
+        let mut rtr = QpAttr {
+            qp_state: Some(QpState::Rtr),
+            ..QpAttr::default()
+        };
+        if !ty.is_datagram() {
+            rtr.av = Some(av());
+            rtr.path_mtu = Some(PathMtu::Mtu256);
+            rtr.dest_qpn = Some(PEER);
+            rtr.rq_psn = Some(Psn::new(rq_psn));
+        }
+        if ty == QpType::Rc {
+            rtr.max_dest_rd_atomic = Some(max_dest);
+            rtr.min_rnr_timer = Some(RNR_TIMER);
+        }
+        let rtr_cfg = step(&cfg, rtr);
+        let qpn = if ty == QpType::Gsi { 1 } else { QPN };
+        let mut c = QpCommon::new(qpn, QpInit::new(ty, PD), cfg, 0xffff);
+        let mut resp = Responder::new();
+        c.config = rtr_cfg;
+        resp.on_modify(&mut c, QpState::Init);
+        H {
+            resp,
+            c,
+            cnt: Counters::new(),
+            mem: VecMemory::new(),
+            meta: RecvMeta::between([1; 16], [2; 16]),
+            next_va: 0x10_000,
+        }
+    }
+
+    fn new(ty: QpType) -> H {
+        H::with(ty, ALL, 4, RQ_PSN)
+    }
+
+    fn enter_rts(&mut self) {
+        let ty = self.c.qp_type();
+        let mut a = QpAttr {
+            qp_state: Some(QpState::Rts),
+            sq_psn: Some(Psn::new(7)),
+            ..QpAttr::default()
+        };
+        if ty == QpType::Rc {
+            a.timeout = Some(14);
+            a.retry_cnt = Some(7);
+            a.rnr_retry = Some(7);
+            a.max_rd_atomic = Some(1);
+        }
+        self.c.config = step(&self.c.config, a);
+        self.resp.on_modify(&mut self.c, QpState::Rtr);
+    }
+
+    /// Registers `len` bytes (filled with `fill`) with `access`.
+    fn region(&mut self, len: usize, fill: u8, access: AccessFlags) -> (Key, u64) {
+        let va = self.next_va;
+        self.next_va += 0x10_000;
+        let k = self
+            .mem
+            .register_bytes(PD, va, vec![fill; len], access)
+            .unwrap();
+        (k, va)
+    }
+
+    /// Posts a receive of one SGE of `len` bytes; returns its key.
+    fn recv(&mut self, wr_id: u64, len: u32) -> Key {
+        let (k, va) = self.region(len as usize, 0xee, AccessFlags::LOCAL_WRITE);
+        self.resp
+            .post_recv(
+                &self.c,
+                RecvWr {
+                    wr_id,
+                    sg_list: vec![Sge {
+                        addr: va,
+                        length: len,
+                        lkey: k.raw(),
+                    }],
+                },
+            )
+            .unwrap();
+        k
+    }
+
+    fn feed(&mut self, bytes: &[u8]) {
+        let pkt = TransportRepr::parse(bytes).unwrap();
+        self.resp.handle_request(
+            &mut self.c,
+            &mut self.cnt,
+            Instant::ZERO,
+            &self.meta,
+            0,
+            &pkt,
+            &mut self.mem,
+        );
+        // What the endpoint does after each call.
+        if self.c.take_flush() {
+            self.resp.flush(&mut self.c);
+        }
+    }
+
+    /// Everything `poll_transmit` has, parsed: (repr, payload).
+    fn out(&mut self) -> Vec<(TransportRepr, Vec<u8>)> {
+        let mut v = Vec::new();
+        let mut buf = [0u8; 4096 + 64];
+        while let Some(t) =
+            self.resp
+                .poll_transmit(&mut self.c, &mut self.cnt, &mut self.mem, &mut buf)
+        {
+            assert_eq!(t.src_qpn, self.c.qpn);
+            assert_eq!(t.dest, self.c.config.attrs().av.unwrap_or_default());
+            let p = TransportRepr::parse(&buf[..t.len]).unwrap();
+            assert_eq!(p.repr.bth.dest_qp, PEER);
+            v.push((p.repr, p.payload.to_vec()));
+            assert!(v.len() < 10_000);
+        }
+        if self.c.take_flush() {
+            self.resp.flush(&mut self.c);
+        }
+        v
+    }
+
+    fn wcs(&mut self) -> Vec<WorkCompletion> {
+        std::iter::from_fn(|| self.c.pop_completion()).collect()
+    }
+
+    fn events(&mut self) -> Vec<AsyncEvent> {
+        std::iter::from_fn(|| self.c.pop_event()).collect()
+    }
+}
+
+fn pkt(op: Opcode, psn: u32, ack_req: bool, ext: ExtReprs, payload: &[u8]) -> Vec<u8> {
+    let bth = BthRepr {
+        opcode: op,
+        solicited: false,
+        mig_req: false,
+        pad_count: 0,
+        pkey: 0xffff,
+        fecn: false,
+        becn: false,
+        dest_qp: QPN,
+        ack_req,
+        psn,
+    };
+    let repr = TransportRepr::new(bth, ext, payload.len());
+    let mut buf = vec![0u8; repr.buffer_len().unwrap()];
+    repr.emit(&mut buf, payload).unwrap();
+    buf
+}
+
+fn none() -> ExtReprs {
+    ExtReprs::default()
+}
+
+fn reth(va: u64, rkey: Key, len: u32) -> ExtReprs {
+    ExtReprs {
+        reth: Some(RethRepr {
+            va,
+            rkey: rkey.raw(),
+            dma_len: len,
+        }),
+        ..ExtReprs::default()
+    }
+}
+
+fn imm(v: u32) -> ExtReprs {
+    ExtReprs {
+        immdt: Some(ImmDtRepr { imm: v }),
+        ..ExtReprs::default()
+    }
+}
+
+fn atomic(va: u64, rkey: Key, swap_add: u64, compare: u64) -> ExtReprs {
+    ExtReprs {
+        atomic_eth: Some(AtomicEthRepr {
+            va,
+            rkey: rkey.raw(),
+            swap_add,
+            compare,
+        }),
+        ..ExtReprs::default()
+    }
+}
+
+fn bytes(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(7).wrapping_add(seed))
+        .collect()
+}
+
+/// Asserts one acknowledge with this PSN, syndrome and MSN.
+fn assert_ack(o: &(TransportRepr, Vec<u8>), psn: u32, syndrome: Syndrome, msn: u32) {
+    assert_eq!(o.0.bth.opcode, Opcode::RC_ACKNOWLEDGE);
+    assert_eq!(o.0.bth.psn, psn, "ack psn");
+    let aeth = o.0.ext.aeth.unwrap();
+    assert_eq!(aeth.syndrome, syndrome);
+    assert_eq!(aeth.msn, msn, "msn");
+}
+
+const ACK: Syndrome = Syndrome::ACK_CREDITS_INVALID;
+
+fn nak(code: NakCode) -> Syndrome {
+    Syndrome::Nak(code)
+}
+
+// ---- post_recv, modify ----------------------------------------------------
+
+#[test]
+fn post_recv_checks_state_sges_depth_and_length() {
+    let cfg = QpConfig::new(QpType::Rc, QpCaps::default());
+    let mut init = QpInit::new(QpType::Rc, PD);
+    init.max_recv_wr = 2;
+    init.max_recv_sge = 1;
+    let mut c = QpCommon::new(QPN, init, cfg, 0xffff);
+    let mut r = Responder::new();
+    let sge = |length| Sge {
+        addr: 0,
+        length,
+        lkey: 1,
+    };
+    let wr = |sg_list| RecvWr { wr_id: 1, sg_list };
+    // RESET: refused (IBTA 10.3.1; kernel rxe likewise).
+    assert_eq!(r.post_recv(&c, wr(vec![sge(8)])), Err(PostError::BadState));
+    c.config = step(
+        &c.config,
+        QpAttr {
+            qp_state: Some(QpState::Init),
+            pkey_index: Some(0),
+            port_num: Some(1),
+            access_flags: Some(ALL),
+            ..QpAttr::default()
+        },
+    );
+    assert_eq!(
+        r.post_recv(&c, wr(vec![sge(8), sge(8)])),
+        Err(PostError::TooManySges { given: 2, max: 1 })
+    );
+    assert!(matches!(
+        r.post_recv(
+            &c,
+            wr(vec![Sge {
+                addr: 0,
+                length: u32::MAX,
+                lkey: 1
+            }])
+        ),
+        Err(PostError::MessageTooLarge { .. })
+    ));
+    assert_eq!(r.post_recv(&c, wr(vec![])), Ok(()));
+    assert_eq!(r.post_recv(&c, wr(vec![sge(8)])), Ok(()));
+    assert_eq!(
+        r.post_recv(&c, wr(vec![sge(8)])),
+        Err(PostError::QueueFull { depth: 2 })
+    );
+    assert_eq!(r.posted_recvs(), 2);
+}
+
+#[test]
+fn post_recv_in_err_is_flushed_by_the_endpoint() {
+    use crate::transport::endpoint::Endpoint;
+    let mut ep = Endpoint::new(QpCaps::default());
+    let qpn = ep.create_qp(QpInit::new(QpType::Ud, PD)).unwrap();
+    let init = QpAttr {
+        qp_state: Some(QpState::Init),
+        pkey_index: Some(0),
+        port_num: Some(1),
+        qkey: Some(QKEY),
+        ..QpAttr::default()
+    };
+    ep.modify_qp(qpn, &init, init.mask()).unwrap();
+    let err = QpAttr {
+        qp_state: Some(QpState::Error),
+        ..QpAttr::default()
+    };
+    ep.modify_qp(qpn, &err, err.mask()).unwrap();
+    ep.post_recv(
+        qpn,
+        RecvWr {
+            wr_id: 9,
+            sg_list: vec![],
+        },
+    )
+    .unwrap();
+    let wc = ep.poll_completion().unwrap();
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.opcode, wc.queue),
+        (9, WcStatus::WrFlushErr, WcOpcode::Recv, WorkQueue::Recv)
+    );
+}
+
+#[test]
+fn rtr_takes_rq_psn_and_comm_established_once() {
+    let mut h = H::new(QpType::Rc);
+    assert_eq!(h.resp.expected_psn(), Psn::new(RQ_PSN));
+    h.recv(1, 64);
+    h.recv(2, 64);
+    h.feed(&pkt(Opcode::RC_SEND_ONLY, RQ_PSN, true, none(), b"abcd"));
+    h.feed(&pkt(
+        Opcode::RC_SEND_ONLY,
+        RQ_PSN + 1,
+        true,
+        none(),
+        b"efgh",
+    ));
+    assert_eq!(h.events(), [AsyncEvent::CommEstablished { qpn: QPN }]);
+
+    // A QP that reaches RTS before its first packet raises nothing.
+    let mut h = H::new(QpType::Rc);
+    h.enter_rts();
+    h.recv(1, 64);
+    h.feed(&pkt(Opcode::RC_SEND_ONLY, RQ_PSN, true, none(), b"abcd"));
+    assert_eq!(h.events(), []);
+}
+
+// ---- SEND ----------------------------------------------------------------
+
+#[test]
+fn send_only_completes_and_is_acked() {
+    let mut h = H::new(QpType::Rc);
+    let k = h.recv(5, 64);
+    h.feed(&pkt(Opcode::RC_SEND_ONLY, RQ_PSN, true, none(), b"hello"));
+    let wcs = h.wcs();
+    assert_eq!(wcs.len(), 1);
+    let wc = wcs[0];
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.opcode, wc.byte_len, wc.qp_num),
+        (5, WcStatus::Success, WcOpcode::Recv, 5, QPN)
+    );
+    assert_eq!(
+        (wc.imm_data, wc.invalidated_rkey, wc.grh),
+        (None, None, false)
+    );
+    assert_eq!(&h.mem.bytes(k).unwrap()[..6], b"hello\xee");
+    let out = h.out();
+    assert_eq!(out.len(), 1);
+    assert_ack(&out[0], RQ_PSN, ACK, 1);
+    assert_eq!(h.resp.expected_psn(), Psn::new(RQ_PSN + 1));
+    assert_eq!(h.cnt.get(Counter::RdmaRecvs), 1);
+}
+
+#[test]
+fn multi_packet_send_scatters_over_sges_with_immediate() {
+    let mut h = H::new(QpType::Rc);
+    let (k1, va1) = h.region(300, 0, AccessFlags::LOCAL_WRITE);
+    let (k2, va2) = h.region(400, 0, AccessFlags::LOCAL_WRITE);
+    let sg_list = vec![
+        Sge {
+            addr: va1 + 100,
+            length: 200,
+            lkey: k1.raw(),
+        },
+        Sge {
+            addr: va2,
+            length: 400,
+            lkey: k2.raw(),
+        },
+    ];
+    h.resp
+        .post_recv(&h.c, RecvWr { wr_id: 7, sg_list })
+        .unwrap();
+    let data = bytes(2 * MTU + 10, 3);
+    h.feed(&pkt(
+        Opcode::RC_SEND_FIRST,
+        RQ_PSN,
+        false,
+        none(),
+        &data[..MTU],
+    ));
+    h.feed(&pkt(
+        Opcode::RC_SEND_MIDDLE,
+        RQ_PSN + 1,
+        false,
+        none(),
+        &data[MTU..2 * MTU],
+    ));
+    assert!(h.out().is_empty(), "no AckReq, not last: coalesced");
+    h.feed(&pkt(
+        Opcode::RC_SEND_LAST_WITH_IMMEDIATE,
+        RQ_PSN + 2,
+        true,
+        imm(0xdead_beef),
+        &data[2 * MTU..],
+    ));
+    let wc = h.wcs()[0];
+    assert_eq!(wc.byte_len as usize, data.len());
+    assert_eq!(wc.imm_data, Some(0xdead_beef));
+    assert_eq!(wc.opcode, WcOpcode::Recv);
+    assert_eq!(&h.mem.bytes(k1).unwrap()[100..300], &data[..200]);
+    assert_eq!(&h.mem.bytes(k2).unwrap()[..data.len() - 200], &data[200..]);
+    let out = h.out();
+    assert_eq!(out.len(), 1);
+    assert_ack(&out[0], RQ_PSN + 2, ACK, 1);
+}
+
+#[test]
+fn ack_req_on_a_middle_packet_is_answered_and_acks_coalesce() {
+    let mut h = H::new(QpType::Rc);
+    h.recv(1, 1024);
+    let data = bytes(3 * MTU, 1);
+    h.feed(&pkt(
+        Opcode::RC_SEND_FIRST,
+        RQ_PSN,
+        true,
+        none(),
+        &data[..MTU],
+    ));
+    let out = h.out();
+    assert_eq!(out.len(), 1);
+    assert_ack(&out[0], RQ_PSN, ACK, 0);
+    h.feed(&pkt(
+        Opcode::RC_SEND_MIDDLE,
+        RQ_PSN + 1,
+        true,
+        none(),
+        &data[MTU..2 * MTU],
+    ));
+    h.feed(&pkt(
+        Opcode::RC_SEND_LAST,
+        RQ_PSN + 2,
+        true,
+        none(),
+        &data[2 * MTU..],
+    ));
+    // Two ACKs queued back to back: the newer replaces the older.
+    let out = h.out();
+    assert_eq!(out.len(), 1);
+    assert_ack(&out[0], RQ_PSN + 2, ACK, 1);
+}
+
+#[test]
+fn send_with_invalidate_reports_the_rkey() {
+    let mut h = H::new(QpType::Rc);
+    h.recv(1, 64);
+    let ext = ExtReprs {
+        ieth: Some(IethRepr { rkey: 0x1234_5601 }),
+        ..ExtReprs::default()
+    };
+    h.feed(&pkt(
+        Opcode::RC_SEND_ONLY_WITH_INVALIDATE,
+        RQ_PSN,
+        true,
+        ext,
+        b"x",
+    ));
+    let wc = h.wcs()[0];
+    assert_eq!(wc.invalidated_rkey, Some(0x1234_5601));
+    assert_eq!(wc.status, WcStatus::Success);
+}
+
+#[test]
+fn zero_length_send() {
+    let mut h = H::new(QpType::Rc);
+    h.recv(1, 0);
+    h.feed(&pkt(Opcode::RC_SEND_ONLY, RQ_PSN, true, none(), b""));
+    let wc = h.wcs()[0];
+    assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, 0));
+}
+
+// ---- RNR, sequence errors, duplicates --------------------------------------
+
+#[test]
+fn rnr_nak_then_silence_then_success() {
+    let mut h = H::new(QpType::Rc);
+    h.feed(&pkt(Opcode::RC_SEND_ONLY, RQ_PSN, true, none(), b"a"));
+    // Packets in flight behind it: no sequence-error NAK on top.
+    h.feed(&pkt(Opcode::RC_SEND_ONLY, RQ_PSN + 1, true, none(), b"b"));
+    let out = h.out();
+    assert_eq!(out.len(), 1);
+    assert_ack(&out[0], RQ_PSN, Syndrome::RnrNak { timer: RNR_TIMER }, 0);
+    assert_eq!(h.resp.expected_psn(), Psn::new(RQ_PSN));
+    assert_eq!(h.cnt.get(Counter::SendRnrErr), 1);
+    assert_eq!(h.c.state(), QpState::Rtr);
+    h.recv(1, 8);
+    h.recv(2, 8);
+    h.feed(&pkt(Opcode::RC_SEND_ONLY, RQ_PSN, true, none(), b"a"));
+    h.feed(&pkt(Opcode::RC_SEND_ONLY, RQ_PSN + 1, true, none(), b"b"));
+    assert_eq!(h.wcs().len(), 2);
+    let out = h.out();
+    assert_eq!(out.len(), 1);
+    assert_ack(&out[0], RQ_PSN + 1, ACK, 2);
+}
+
+#[test]
+fn rnr_on_a_multi_packet_send_names_its_first_packet() {
+    let mut h = H::new(QpType::Rc);
+    let data = bytes(2 * MTU, 0);
+    h.feed(&pkt(
+        Opcode::RC_SEND_FIRST,
+        RQ_PSN,
+        false,
+        none(),
+        &data[..MTU],
+    ));
+    h.feed(&pkt(
+        Opcode::RC_SEND_LAST,
+        RQ_PSN + 1,
+        true,
+        none(),
+        &data[MTU..],
+    ));
+    let out = h.out();
+    assert_eq!(out.len(), 1);
+    assert_ack(&out[0], RQ_PSN, Syndrome::RnrNak { timer: RNR_TIMER }, 0);
+}
+
+#[test]
+fn sequence_error_nak_once_until_the_expected_psn() {
+    let mut h = H::new(QpType::Rc);
+    for _ in 0..4 {
+        h.recv(1, 64);
+    }
+    h.feed(&pkt(Opcode::RC_SEND_ONLY, RQ_PSN + 1, true, none(), b"b"));
+    h.feed(&pkt(Opcode::RC_SEND_ONLY, RQ_PSN + 2, true, none(), b"c"));
+    let out = h.out();
+    assert_eq!(out.len(), 1);
+    assert_ack(&out[0], RQ_PSN, nak(NakCode::PsnSequenceError), 0);
+    assert_eq!(h.cnt.get(Counter::OutOfSeqRequest), 2);
+    assert!(h.wcs().is_empty());
+    // The expected one clears it; a new gap gets a new NAK.
+    h.feed(&pkt(Opcode::RC_SEND_ONLY, RQ_PSN, true, none(), b"a"));
+    h.feed(&pkt(Opcode::RC_SEND_ONLY, RQ_PSN + 3, true, none(), b"d"));
+    let out = h.out();
+    assert_eq!(out.len(), 2);
+    assert_ack(&out[0], RQ_PSN, ACK, 1);
+    assert_ack(&out[1], RQ_PSN + 1, nak(NakCode::PsnSequenceError), 1);
+    assert_eq!(h.c.state(), QpState::Rtr);
+}
+
+#[test]
+fn duplicate_send_and_write_are_reacked_not_redelivered() {
+    let mut h = H::new(QpType::Rc);
+    h.recv(1, 64);
+    h.recv(2, 64);
+    let (k, va) = h.region(64, 0, ALL);
+    h.feed(&pkt(Opcode::RC_SEND_ONLY, RQ_PSN, true, none(), b"a"));
+    h.feed(&pkt(
+        Opcode::RC_RDMA_WRITE_ONLY,
+        RQ_PSN + 1,
+        true,
+        reth(va, k, 4),
+        b"wxyz",
+    ));
+    assert_eq!(h.out().len(), 1);
+    h.mem.bytes_mut(k).unwrap()[..4].copy_from_slice(b"0000");
+    h.feed(&pkt(Opcode::RC_SEND_ONLY, RQ_PSN, true, none(), b"a"));
+    h.feed(&pkt(
+        Opcode::RC_RDMA_WRITE_ONLY,
+        RQ_PSN + 1,
+        true,
+        reth(va, k, 4),
+        b"wxyz",
+    ));
+    assert_eq!(h.wcs().len(), 1, "delivered once");
+    assert_eq!(&h.mem.bytes(k).unwrap()[..4], b"0000", "not written twice");
+    let out = h.out();
+    assert_eq!(out.len(), 1, "coalesced");
+    assert_ack(&out[0], RQ_PSN + 1, ACK, 2);
+    assert_eq!(h.cnt.get(Counter::DuplicateRequest), 2);
+    assert_eq!(h.resp.posted_recvs(), 1);
+}
+
+#[test]
+fn psn_wraps_at_2_pow_24() {
+    let mut h = H::with(QpType::Rc, ALL, 1, 0xff_ffff);
+    h.recv(1, 1024);
+    let data = bytes(MTU + 1, 0);
+    h.feed(&pkt(
+        Opcode::RC_SEND_FIRST,
+        0xff_ffff,
+        false,
+        none(),
+        &data[..MTU],
+    ));
+    h.feed(&pkt(Opcode::RC_SEND_LAST, 0, true, none(), &data[MTU..]));
+    assert_eq!(h.wcs()[0].byte_len as usize, MTU + 1);
+    let out = h.out();
+    assert_ack(&out[0], 0, ACK, 1);
+    assert_eq!(h.resp.expected_psn(), Psn::new(1));
+    // 0xffffff is now a duplicate.
+    h.feed(&pkt(
+        Opcode::RC_SEND_FIRST,
+        0xff_ffff,
+        false,
+        none(),
+        &data[..MTU],
+    ));
+    assert_ack(&h.out()[0], 0, ACK, 1);
+}
+
+// ---- errors ----------------------------------------------------------------
+
+#[test]
+fn send_longer_than_the_receive_is_loc_len_err_and_nak_invalid_request() {
+    let mut h = H::new(QpType::Rc);
+    h.recv(1, 4);
+    h.recv(2, 64);
+    h.feed(&pkt(Opcode::RC_SEND_ONLY, RQ_PSN, true, none(), b"toolong"));
+    let wcs = h.wcs();
+    assert_eq!(wcs.len(), 2);
+    assert_eq!((wcs[0].wr_id, wcs[0].status), (1, WcStatus::LocLenErr));
+    assert_eq!((wcs[1].wr_id, wcs[1].status), (2, WcStatus::WrFlushErr));
+    assert_eq!(h.c.state(), QpState::Error);
+    assert!(h.events().contains(&AsyncEvent::QpFatal { qpn: QPN }));
+    // The NAK still goes out in ERR.
+    let out = h.out();
+    assert_eq!(out.len(), 1);
+    assert_ack(&out[0], RQ_PSN, nak(NakCode::InvalidRequest), 0);
+}
+
+#[test]
+fn bad_receive_buffer_is_loc_prot_err_and_remote_operational_error() {
+    let mut h = H::new(QpType::Rc);
+    // A receive buffer without LOCAL_WRITE.
+    let (k, va) = h.region(64, 0, AccessFlags::REMOTE_READ);
+    let sg_list = vec![Sge {
+        addr: va,
+        length: 64,
+        lkey: k.raw(),
+    }];
+    h.resp
+        .post_recv(&h.c, RecvWr { wr_id: 3, sg_list })
+        .unwrap();
+    h.feed(&pkt(Opcode::RC_SEND_ONLY, RQ_PSN, true, none(), b"x"));
+    assert_eq!(h.wcs()[0].status, WcStatus::LocProtErr);
+    assert_ack(&h.out()[0], RQ_PSN, nak(NakCode::RemoteOperationalError), 0);
+    assert_eq!(h.c.state(), QpState::Error);
+}
+
+#[test]
+fn opcode_sequence_errors_are_invalid_requests() {
+    let data = bytes(MTU, 0);
+    // MIDDLE without FIRST.
+    let mut h = H::new(QpType::Rc);
+    h.recv(1, 1024);
+    h.feed(&pkt(Opcode::RC_SEND_MIDDLE, RQ_PSN, true, none(), &data));
+    assert_ack(&h.out()[0], RQ_PSN, nak(NakCode::InvalidRequest), 0);
+    assert_eq!(h.c.state(), QpState::Error);
+    assert_eq!(h.wcs()[0].status, WcStatus::WrFlushErr);
+
+    // A new FIRST inside a message; the receive in progress is flushed.
+    let mut h = H::new(QpType::Rc);
+    h.recv(1, 1024);
+    h.feed(&pkt(Opcode::RC_SEND_FIRST, RQ_PSN, false, none(), &data));
+    h.feed(&pkt(
+        Opcode::RC_SEND_FIRST,
+        RQ_PSN + 1,
+        false,
+        none(),
+        &data,
+    ));
+    assert_ack(&h.out()[0], RQ_PSN + 1, nak(NakCode::InvalidRequest), 0);
+    let wcs = h.wcs();
+    assert_eq!((wcs[0].wr_id, wcs[0].status), (1, WcStatus::WrFlushErr));
+
+    // A FIRST shorter than the path MTU.
+    let mut h = H::new(QpType::Rc);
+    h.recv(1, 1024);
+    h.feed(&pkt(
+        Opcode::RC_SEND_FIRST,
+        RQ_PSN,
+        false,
+        none(),
+        &data[..8],
+    ));
+    assert_ack(&h.out()[0], RQ_PSN, nak(NakCode::InvalidRequest), 0);
+}
+
+// ---- WRITE -----------------------------------------------------------------
+
+#[test]
+fn write_multi_packet_lands_at_offsets() {
+    let mut h = H::new(QpType::Rc);
+    let (k, va) = h.region(1024, 0, ALL);
+    let data = bytes(2 * MTU + 3, 9);
+    let len = data.len() as u32;
+    h.feed(&pkt(
+        Opcode::RC_RDMA_WRITE_FIRST,
+        RQ_PSN,
+        false,
+        reth(va + 8, k, len),
+        &data[..MTU],
+    ));
+    h.feed(&pkt(
+        Opcode::RC_RDMA_WRITE_MIDDLE,
+        RQ_PSN + 1,
+        false,
+        none(),
+        &data[MTU..2 * MTU],
+    ));
+    h.feed(&pkt(
+        Opcode::RC_RDMA_WRITE_LAST,
+        RQ_PSN + 2,
+        true,
+        none(),
+        &data[2 * MTU..],
+    ));
+    assert_eq!(&h.mem.bytes(k).unwrap()[8..8 + data.len()], &data[..]);
+    assert!(h.wcs().is_empty(), "a WRITE consumes no receive");
+    assert_ack(&h.out()[0], RQ_PSN + 2, ACK, 1);
+}
+
+#[test]
+fn write_lengths_must_add_up_to_the_dma_length() {
+    let mut h = H::new(QpType::Rc);
+    let (k, va) = h.region(1024, 0, ALL);
+    let data = bytes(2 * MTU, 0);
+    h.feed(&pkt(
+        Opcode::RC_RDMA_WRITE_FIRST,
+        RQ_PSN,
+        false,
+        reth(va, k, 600),
+        &data[..MTU],
+    ));
+    h.feed(&pkt(
+        Opcode::RC_RDMA_WRITE_LAST,
+        RQ_PSN + 1,
+        true,
+        none(),
+        &data[MTU..2 * MTU],
+    ));
+    assert_ack(&h.out()[0], RQ_PSN + 1, nak(NakCode::InvalidRequest), 0);
+    assert_eq!(h.c.state(), QpState::Error);
+
+    // ONLY with a payload other than the DMA length.
+    let mut h = H::new(QpType::Rc);
+    let (k, va) = h.region(64, 0, ALL);
+    h.feed(&pkt(
+        Opcode::RC_RDMA_WRITE_ONLY,
+        RQ_PSN,
+        true,
+        reth(va, k, 8),
+        b"abcd",
+    ));
+    assert_ack(&h.out()[0], RQ_PSN, nak(NakCode::InvalidRequest), 0);
+}
+
+#[test]
+fn write_access_errors_are_remote_access_errors() {
+    let cases: [(AccessFlags, i64, u8); 4] = [
+        (AccessFlags::REMOTE_READ, 0, 0), // MR without REMOTE_WRITE
+        (ALL, 60, 0),                     // past the end
+        (ALL, 0, 1),                      // stale key portion
+        (ALL, -8, 0),                     // before the start
+    ];
+    for (access, shift, key_delta) in cases {
+        let mut h = H::new(QpType::Rc);
+        let (k, va) = h.region(64, 0, access | AccessFlags::LOCAL_WRITE);
+        let k = k.with_key(k.key().wrapping_add(key_delta));
+        let va = va.wrapping_add_signed(shift);
+        h.feed(&pkt(
+            Opcode::RC_RDMA_WRITE_ONLY,
+            RQ_PSN,
+            true,
+            reth(va, k, 8),
+            b"abcdefgh",
+        ));
+        assert_ack(&h.out()[0], RQ_PSN, nak(NakCode::RemoteAccessError), 0);
+        assert_eq!(h.c.state(), QpState::Error);
+    }
+    // Another PD.
+    let mut h = H::new(QpType::Rc);
+    let k = h.mem.register(PD + 1, 0x100, 64, ALL).unwrap();
+    h.feed(&pkt(
+        Opcode::RC_RDMA_WRITE_ONLY,
+        RQ_PSN,
+        true,
+        reth(0x100, k, 4),
+        b"abcd",
+    ));
+    assert_ack(&h.out()[0], RQ_PSN, nak(NakCode::RemoteAccessError), 0);
+}
+
+#[test]
+fn operations_the_qp_does_not_enable_are_invalid_requests() {
+    let mut h = H::with(QpType::Rc, AccessFlags::LOCAL_WRITE, 4, RQ_PSN);
+    let (k, va) = h.region(64, 0, ALL);
+    h.feed(&pkt(
+        Opcode::RC_RDMA_WRITE_ONLY,
+        RQ_PSN,
+        true,
+        reth(va, k, 4),
+        b"abcd",
+    ));
+    assert_ack(&h.out()[0], RQ_PSN, nak(NakCode::InvalidRequest), 0);
+    assert_eq!(h.mem.bytes(k).unwrap()[0], 0);
+
+    let mut h = H::with(QpType::Rc, AccessFlags::REMOTE_WRITE, 4, RQ_PSN);
+    let (k, va) = h.region(64, 0, ALL);
+    h.feed(&pkt(
+        Opcode::RC_RDMA_READ_REQUEST,
+        RQ_PSN,
+        true,
+        reth(va, k, 4),
+        b"",
+    ));
+    assert_ack(&h.out()[0], RQ_PSN, nak(NakCode::InvalidRequest), 0);
+
+    let mut h = H::with(QpType::Rc, AccessFlags::REMOTE_READ, 4, RQ_PSN);
+    let (k, va) = h.region(64, 0, ALL);
+    h.feed(&pkt(
+        Opcode::RC_FETCH_ADD,
+        RQ_PSN,
+        true,
+        atomic(va, k, 1, 0),
+        b"",
+    ));
+    assert_ack(&h.out()[0], RQ_PSN, nak(NakCode::InvalidRequest), 0);
+}
+
+#[test]
+fn write_with_immediate_consumes_a_receive() {
+    let mut h = H::new(QpType::Rc);
+    let (k, va) = h.region(1024, 0, ALL);
+    let data = bytes(MTU + 4, 2);
+    let len = data.len() as u32;
+    h.feed(&pkt(
+        Opcode::RC_RDMA_WRITE_FIRST,
+        RQ_PSN,
+        false,
+        reth(va, k, len),
+        &data[..MTU],
+    ));
+    // No receive for the LAST: RNR NAK names it; the WRITE state survives.
+    h.feed(&pkt(
+        Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+        RQ_PSN + 1,
+        true,
+        imm(77),
+        &data[MTU..],
+    ));
+    assert_ack(
+        &h.out()[0],
+        RQ_PSN + 1,
+        Syndrome::RnrNak { timer: RNR_TIMER },
+        0,
+    );
+    h.recv(4, 0);
+    h.feed(&pkt(
+        Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+        RQ_PSN + 1,
+        true,
+        imm(77),
+        &data[MTU..],
+    ));
+    let wc = h.wcs()[0];
+    assert_eq!(
+        (wc.wr_id, wc.opcode, wc.byte_len, wc.imm_data),
+        (4, WcOpcode::RecvRdmaWithImm, len, Some(77))
+    );
+    assert_eq!(&h.mem.bytes(k).unwrap()[..data.len()], &data[..]);
+    assert_ack(&h.out()[0], RQ_PSN + 1, ACK, 1);
+
+    // Zero-length WRITE with immediate: no valid R_Key needed (C9-88).
+    h.recv(5, 0);
+    let mut ext = reth(0, Key::new(0), 0);
+    ext.immdt = Some(ImmDtRepr { imm: 1 });
+    h.feed(&pkt(
+        Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+        RQ_PSN + 2,
+        true,
+        ext,
+        b"",
+    ));
+    let wc = h.wcs()[0];
+    assert_eq!(
+        (wc.wr_id, wc.byte_len, wc.status),
+        (5, 0, WcStatus::Success)
+    );
+}
+
+// ---- READ ------------------------------------------------------------------
+
+fn filled(h: &mut H, len: usize) -> (Key, u64, Vec<u8>) {
+    let data = bytes(len, 5);
+    let va = h.next_va;
+    h.next_va += 0x10_000;
+    let k = h.mem.register_bytes(PD, va, data.clone(), ALL).unwrap();
+    (k, va, data)
+}
+
+#[test]
+fn read_responses_first_middle_last_with_psns_and_aeth() {
+    let mut h = H::new(QpType::Rc);
+    let (k, va, data) = filled(&mut h, 1000);
+    h.feed(&pkt(
+        Opcode::RC_RDMA_READ_REQUEST,
+        RQ_PSN,
+        true,
+        reth(va + 10, k, 600),
+        b"",
+    ));
+    assert_eq!(h.resp.expected_psn(), Psn::new(RQ_PSN + 3));
+    let out = h.out();
+    let ops: Vec<_> = out.iter().map(|o| o.0.bth.opcode).collect();
+    assert_eq!(
+        ops,
+        [
+            Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+            Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+            Opcode::RC_RDMA_READ_RESPONSE_LAST
+        ]
+    );
+    let psns: Vec<_> = out.iter().map(|o| o.0.bth.psn).collect();
+    assert_eq!(psns, [RQ_PSN, RQ_PSN + 1, RQ_PSN + 2]);
+    assert!(out[1].0.ext.aeth.is_none());
+    assert_eq!(out[0].0.ext.aeth.unwrap().msn, 1);
+    assert_eq!(out[2].0.ext.aeth.unwrap().syndrome, ACK);
+    let got: Vec<u8> = out.iter().flat_map(|o| o.1.clone()).collect();
+    assert_eq!(&got[..], &data[10..610]);
+
+    // Zero-length READ: one empty ONLY.
+    h.feed(&pkt(
+        Opcode::RC_RDMA_READ_REQUEST,
+        RQ_PSN + 3,
+        true,
+        reth(0, Key::new(0), 0),
+        b"",
+    ));
+    let out = h.out();
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].0.bth.opcode, Opcode::RC_RDMA_READ_RESPONSE_ONLY);
+    assert_eq!(out[0].0.bth.psn, RQ_PSN + 3);
+    assert!(out[0].1.is_empty());
+    assert_eq!(h.resp.expected_psn(), Psn::new(RQ_PSN + 4));
+}
+
+#[test]
+fn duplicate_read_is_reexecuted_from_its_psn() {
+    let mut h = H::new(QpType::Rc);
+    let (k, va, data) = filled(&mut h, 1000);
+    h.feed(&pkt(
+        Opcode::RC_RDMA_READ_REQUEST,
+        RQ_PSN,
+        true,
+        reth(va, k, 600),
+        b"",
+    ));
+    assert_eq!(h.out().len(), 3);
+    // The requester lost the last two and asks for the rest.
+    h.feed(&pkt(
+        Opcode::RC_RDMA_READ_REQUEST,
+        RQ_PSN + 1,
+        true,
+        reth(va + MTU as u64, k, 600 - MTU as u32),
+        b"",
+    ));
+    let out = h.out();
+    let ops: Vec<_> = out.iter().map(|o| (o.0.bth.opcode, o.0.bth.psn)).collect();
+    assert_eq!(
+        ops,
+        [
+            (Opcode::RC_RDMA_READ_RESPONSE_FIRST, RQ_PSN + 1),
+            (Opcode::RC_RDMA_READ_RESPONSE_LAST, RQ_PSN + 2)
+        ]
+    );
+    let got: Vec<u8> = out.iter().flat_map(|o| o.1.clone()).collect();
+    assert_eq!(&got[..], &data[MTU..600]);
+    assert_eq!(h.resp.expected_psn(), Psn::new(RQ_PSN + 3));
+    assert_eq!(h.cnt.get(Counter::DuplicateRequest), 1);
+
+    // Outside the original range: dropped.
+    h.feed(&pkt(
+        Opcode::RC_RDMA_READ_REQUEST,
+        RQ_PSN + 1,
+        true,
+        reth(va, k, 700),
+        b"",
+    ));
+    assert!(h.out().is_empty());
+    // A duplicate while the first answer is still queued restarts it.
+    h.feed(&pkt(
+        Opcode::RC_RDMA_READ_REQUEST,
+        RQ_PSN,
+        true,
+        reth(va, k, 600),
+        b"",
+    ));
+    h.feed(&pkt(
+        Opcode::RC_RDMA_READ_REQUEST,
+        RQ_PSN,
+        true,
+        reth(va, k, 600),
+        b"",
+    ));
+    assert_eq!(h.out().len(), 3);
+    assert_eq!(h.c.state(), QpState::Rtr);
+}
+
+#[test]
+fn responses_keep_psn_order_with_acks() {
+    let mut h = H::new(QpType::Rc);
+    let (k, va, _) = filled(&mut h, 1000);
+    h.recv(1, 64);
+    h.feed(&pkt(
+        Opcode::RC_RDMA_READ_REQUEST,
+        RQ_PSN,
+        true,
+        reth(va, k, 300),
+        b"",
+    ));
+    h.feed(&pkt(Opcode::RC_SEND_ONLY, RQ_PSN + 2, true, none(), b"s"));
+    let out = h.out();
+    let ops: Vec<_> = out.iter().map(|o| (o.0.bth.opcode, o.0.bth.psn)).collect();
+    assert_eq!(
+        ops,
+        [
+            (Opcode::RC_RDMA_READ_RESPONSE_FIRST, RQ_PSN),
+            (Opcode::RC_RDMA_READ_RESPONSE_LAST, RQ_PSN + 1),
+            (Opcode::RC_ACKNOWLEDGE, RQ_PSN + 2),
+        ]
+    );
+    assert_eq!(out[2].0.ext.aeth.unwrap().msn, 2);
+}
+
+#[test]
+fn more_reads_than_max_dest_rd_atomic_is_invalid_request() {
+    let mut h = H::with(QpType::Rc, ALL, 1, RQ_PSN);
+    let (k, va, _) = filled(&mut h, 64);
+    h.feed(&pkt(
+        Opcode::RC_RDMA_READ_REQUEST,
+        RQ_PSN,
+        true,
+        reth(va, k, 8),
+        b"",
+    ));
+    h.feed(&pkt(
+        Opcode::RC_RDMA_READ_REQUEST,
+        RQ_PSN + 1,
+        true,
+        reth(va, k, 8),
+        b"",
+    ));
+    let out = h.out();
+    assert_eq!(out.len(), 1, "in ERR only the NAK still goes out");
+    assert_ack(&out[0], RQ_PSN + 1, nak(NakCode::InvalidRequest), 1);
+    assert_eq!(h.c.state(), QpState::Error);
+
+    // Answered one at a time, any number is fine.
+    let mut h = H::with(QpType::Rc, ALL, 1, RQ_PSN);
+    let (k, va, _) = filled(&mut h, 64);
+    for i in 0..3 {
+        h.feed(&pkt(
+            Opcode::RC_RDMA_READ_REQUEST,
+            RQ_PSN + i,
+            true,
+            reth(va, k, 8),
+            b"",
+        ));
+        assert_eq!(h.out().len(), 1);
+    }
+    assert_eq!(h.c.state(), QpState::Rtr);
+}
+
+#[test]
+fn read_access_error() {
+    let mut h = H::new(QpType::Rc);
+    let (k, va) = h.region(64, 0, AccessFlags::REMOTE_WRITE);
+    h.feed(&pkt(
+        Opcode::RC_RDMA_READ_REQUEST,
+        RQ_PSN,
+        true,
+        reth(va, k, 8),
+        b"",
+    ));
+    assert_ack(&h.out()[0], RQ_PSN, nak(NakCode::RemoteAccessError), 0);
+    assert_eq!(h.c.state(), QpState::Error);
+}
+
+#[test]
+fn region_gone_while_read_responses_are_sent_is_a_nak() {
+    let mut h = H::new(QpType::Rc);
+    let (k, va, _) = filled(&mut h, 1000);
+    h.feed(&pkt(
+        Opcode::RC_RDMA_READ_REQUEST,
+        RQ_PSN,
+        true,
+        reth(va, k, 600),
+        b"",
+    ));
+    h.mem.deregister(k).unwrap();
+    let out = h.out();
+    assert_eq!(out.len(), 1);
+    assert_ack(&out[0], RQ_PSN, nak(NakCode::RemoteAccessError), 1);
+    assert_eq!(h.c.state(), QpState::Error);
+}
+
+// ---- atomics -----------------------------------------------------------------
+
+fn word(h: &H, k: Key) -> u64 {
+    u64::from_ne_bytes(h.mem.bytes(k).unwrap()[..8].try_into().unwrap())
+}
+
+#[test]
+fn fetch_add_once_and_duplicate_answered_from_the_table() {
+    let mut h = H::new(QpType::Rc);
+    let (k, va) = h.region(16, 0, ALL);
+    h.mem.bytes_mut(k).unwrap()[..8].copy_from_slice(&40u64.to_ne_bytes());
+    h.feed(&pkt(
+        Opcode::RC_FETCH_ADD,
+        RQ_PSN,
+        true,
+        atomic(va, k, 2, 0),
+        b"",
+    ));
+    let out = h.out();
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].0.bth.opcode, Opcode::RC_ATOMIC_ACKNOWLEDGE);
+    assert_eq!(out[0].0.bth.psn, RQ_PSN);
+    assert_eq!(out[0].0.ext.atomic_ack_eth.unwrap().orig_data, 40);
+    assert_eq!(out[0].0.ext.aeth.unwrap().msn, 1);
+    assert_eq!(word(&h, k), 42);
+    // The duplicate is never executed again.
+    h.feed(&pkt(
+        Opcode::RC_FETCH_ADD,
+        RQ_PSN,
+        true,
+        atomic(va, k, 2, 0),
+        b"",
+    ));
+    h.feed(&pkt(
+        Opcode::RC_FETCH_ADD,
+        RQ_PSN,
+        true,
+        atomic(va, k, 2, 0),
+        b"",
+    ));
+    let out = h.out();
+    assert_eq!(out.len(), 1, "one answer while one is queued");
+    assert_eq!(out[0].0.ext.atomic_ack_eth.unwrap().orig_data, 40);
+    assert_eq!(word(&h, k), 42);
+    assert_eq!(h.resp.expected_psn(), Psn::new(RQ_PSN + 1));
+}
+
+#[test]
+fn compare_swap() {
+    let mut h = H::new(QpType::Rc);
+    let (k, va) = h.region(16, 0, ALL);
+    h.mem.bytes_mut(k).unwrap()[8..16].copy_from_slice(&5u64.to_ne_bytes());
+    // Mismatch: unchanged.
+    h.feed(&pkt(
+        Opcode::RC_COMPARE_SWAP,
+        RQ_PSN,
+        true,
+        atomic(va + 8, k, 9, 4),
+        b"",
+    ));
+    // Match: swapped.
+    h.feed(&pkt(
+        Opcode::RC_COMPARE_SWAP,
+        RQ_PSN + 1,
+        true,
+        atomic(va + 8, k, 9, 5),
+        b"",
+    ));
+    let out = h.out();
+    let origs: Vec<_> = out
+        .iter()
+        .map(|o| o.0.ext.atomic_ack_eth.unwrap().orig_data)
+        .collect();
+    assert_eq!(origs, [5, 5]);
+    assert_eq!(&h.mem.bytes(k).unwrap()[8..16], &9u64.to_ne_bytes());
+}
+
+#[test]
+fn atomic_errors() {
+    // Misaligned: Invalid Request.
+    let mut h = H::new(QpType::Rc);
+    let (k, va) = h.region(16, 0, ALL);
+    h.feed(&pkt(
+        Opcode::RC_FETCH_ADD,
+        RQ_PSN,
+        true,
+        atomic(va + 4, k, 1, 0),
+        b"",
+    ));
+    assert_ack(&h.out()[0], RQ_PSN, nak(NakCode::InvalidRequest), 0);
+    // No REMOTE_ATOMIC on the region: Remote Access Error.
+    let mut h = H::new(QpType::Rc);
+    let (k, va) = h.region(16, 0, AccessFlags::REMOTE_WRITE);
+    h.feed(&pkt(
+        Opcode::RC_FETCH_ADD,
+        RQ_PSN,
+        true,
+        atomic(va, k, 1, 0),
+        b"",
+    ));
+    assert_ack(&h.out()[0], RQ_PSN, nak(NakCode::RemoteAccessError), 0);
+    assert_eq!(h.c.state(), QpState::Error);
+}
+
+// ---- UC --------------------------------------------------------------------
+
+#[test]
+fn uc_gap_drops_the_message_and_reuses_its_receive() {
+    let mut h = H::new(QpType::Uc);
+    let k = h.recv(1, 1024);
+    let data = bytes(3 * MTU, 0);
+    h.feed(&pkt(
+        Opcode::UC_SEND_FIRST,
+        RQ_PSN,
+        false,
+        none(),
+        &data[..MTU],
+    ));
+    // RQ_PSN + 1 (MIDDLE) lost.
+    h.feed(&pkt(
+        Opcode::UC_SEND_LAST,
+        RQ_PSN + 2,
+        false,
+        none(),
+        &data[2 * MTU..],
+    ));
+    assert!(h.wcs().is_empty());
+    assert_eq!(h.resp.posted_recvs(), 1);
+    // The next message gets the same receive.
+    h.feed(&pkt(
+        Opcode::UC_SEND_ONLY,
+        RQ_PSN + 3,
+        false,
+        none(),
+        b"next",
+    ));
+    let wc = h.wcs()[0];
+    assert_eq!((wc.wr_id, wc.byte_len), (1, 4));
+    assert_eq!(&h.mem.bytes(k).unwrap()[..4], b"next");
+    // A stale copy of it is not delivered twice.
+    h.recv(2, 64);
+    h.feed(&pkt(
+        Opcode::UC_SEND_ONLY,
+        RQ_PSN + 3,
+        false,
+        none(),
+        b"next",
+    ));
+    assert!(h.wcs().is_empty());
+    assert!(h.out().is_empty(), "UC never acknowledges");
+    assert!(h.cnt.get(Counter::DropUcIncomplete) >= 1);
+    assert_eq!(h.cnt.get(Counter::DuplicateRequest), 1);
+}
+
+#[test]
+fn uc_discards_until_the_next_first_or_only() {
+    let mut h = H::new(QpType::Uc);
+    h.recv(1, 1024);
+    let data = bytes(3 * MTU, 0);
+    // FIRST lost; MIDDLE and LAST are dropped.
+    h.feed(&pkt(
+        Opcode::UC_SEND_MIDDLE,
+        RQ_PSN + 1,
+        false,
+        none(),
+        &data[..MTU],
+    ));
+    h.feed(&pkt(Opcode::UC_SEND_LAST, RQ_PSN + 2, false, none(), b"z"));
+    assert!(h.wcs().is_empty());
+    // WRITE to a valid region starts fresh.
+    let (k, va) = h.region(64, 0, ALL);
+    h.feed(&pkt(
+        Opcode::UC_RDMA_WRITE_ONLY,
+        RQ_PSN + 3,
+        false,
+        reth(va, k, 2),
+        b"ok",
+    ));
+    assert_eq!(&h.mem.bytes(k).unwrap()[..2], b"ok");
+    assert_eq!(h.c.state(), QpState::Rtr);
+}
+
+#[test]
+fn uc_errors_drop_without_nak() {
+    let mut h = H::new(QpType::Uc);
+    // No receive.
+    h.feed(&pkt(Opcode::UC_SEND_ONLY, RQ_PSN, false, none(), b"a"));
+    assert_eq!(h.cnt.get(Counter::DropNoRecv), 1);
+    // Bad R_Key.
+    h.feed(&pkt(
+        Opcode::UC_RDMA_WRITE_ONLY,
+        RQ_PSN + 1,
+        false,
+        reth(0x99, Key::new(0x500), 1),
+        b"a",
+    ));
+    assert!(h.out().is_empty());
+    assert_eq!(h.c.state(), QpState::Rtr);
+    // Still working.
+    h.recv(1, 8);
+    h.feed(&pkt(Opcode::UC_SEND_ONLY, RQ_PSN + 2, false, none(), b"b"));
+    assert_eq!(h.wcs()[0].status, WcStatus::Success);
+}
+
+// ---- UD / GSI -----------------------------------------------------------------
+
+fn deth(qkey: u32, src_qp: u32) -> ExtReprs {
+    ExtReprs {
+        deth: Some(DethRepr { qkey, src_qp }),
+        ..ExtReprs::default()
+    }
+}
+
+#[test]
+fn ud_receive_has_grh_space_and_source() {
+    let mut h = H::new(QpType::Ud);
+    h.meta.grh = [0x45; 40];
+    let k = h.recv(3, 100);
+    let mut ext = deth(QKEY, 0x77);
+    ext.immdt = Some(ImmDtRepr { imm: 5 });
+    h.feed(&pkt(
+        Opcode::UD_SEND_ONLY_WITH_IMMEDIATE,
+        999,
+        false,
+        ext,
+        b"dgram",
+    ));
+    let wc = h.wcs()[0];
+    assert_eq!(
+        (wc.status, wc.byte_len, wc.src_qp, wc.grh, wc.imm_data),
+        (WcStatus::Success, 45, 0x77, true, Some(5))
+    );
+    let b = h.mem.bytes(k).unwrap();
+    assert_eq!(&b[..40], &[0x45; 40]);
+    assert_eq!(&b[40..45], b"dgram");
+    assert!(h.out().is_empty());
+    assert_eq!(h.events(), [], "no COMM_EST for datagram QPs");
+}
+
+#[test]
+fn ud_drops_wrong_qkey_and_no_receive() {
+    let mut h = H::new(QpType::Ud);
+    h.feed(&pkt(Opcode::UD_SEND_ONLY, 1, false, deth(QKEY, 1), b"a"));
+    assert_eq!(h.cnt.get(Counter::DropNoRecv), 1);
+    h.recv(1, 64);
+    h.feed(&pkt(
+        Opcode::UD_SEND_ONLY,
+        2,
+        false,
+        deth(QKEY + 1, 1),
+        b"a",
+    ));
+    assert_eq!(h.cnt.get(Counter::DropQkeyMismatch), 1);
+    assert!(h.wcs().is_empty());
+    assert_eq!(h.resp.posted_recvs(), 1);
+}
+
+#[test]
+fn ud_buffer_without_room_for_the_grh_is_loc_len_err() {
+    let mut h = H::new(QpType::Ud);
+    h.recv(1, 44);
+    h.feed(&pkt(
+        Opcode::UD_SEND_ONLY,
+        1,
+        false,
+        deth(QKEY, 1),
+        b"abcde",
+    ));
+    assert_eq!(h.wcs()[0].status, WcStatus::LocLenErr);
+    assert_eq!(h.c.state(), QpState::Error);
+}
+
+#[test]
+fn gsi_takes_the_well_known_qkey() {
+    let mut h = H::new(QpType::Gsi);
+    h.recv(1, 256);
+    h.feed(&pkt(Opcode::UD_SEND_ONLY, 1, false, deth(QKEY, 1), b"mad"));
+    assert_eq!(h.cnt.get(Counter::DropQkeyMismatch), 1);
+    h.feed(&pkt(
+        Opcode::UD_SEND_ONLY,
+        2,
+        false,
+        deth(GSI_QKEY, 1),
+        b"mad",
+    ));
+    let wc = h.wcs()[0];
+    assert_eq!(
+        (wc.status, wc.byte_len, wc.qp_num),
+        (WcStatus::Success, 43, 1)
+    );
+}
+
+// ---- flush -------------------------------------------------------------------
+
+#[test]
+fn flush_completes_every_receive_in_order() {
+    let mut h = H::new(QpType::Rc);
+    h.recv(1, 1024);
+    h.recv(2, 1024);
+    h.recv(3, 1024);
+    let data = bytes(MTU, 0);
+    h.feed(&pkt(Opcode::RC_SEND_FIRST, RQ_PSN, false, none(), &data));
+    h.c.config.enter_error();
+    h.resp.flush(&mut h.c);
+    let ids: Vec<_> = h
+        .wcs()
+        .iter()
+        .map(|w| (w.wr_id, w.status, w.opcode))
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            (1, WcStatus::WrFlushErr, WcOpcode::Recv),
+            (2, WcStatus::WrFlushErr, WcOpcode::Recv),
+            (3, WcStatus::WrFlushErr, WcOpcode::Recv)
+        ]
+    );
+    assert!(h.out().is_empty());
+    assert_eq!(h.resp.posted_recvs(), 0);
+}
