@@ -1,1 +1,4 @@
-//! Integration tests live in tests/.
+//! Cross-crate tests of rxe live in `tests/`; this library holds what they
+//! share.
+
+pub mod verbs_harness;

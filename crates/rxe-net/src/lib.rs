@@ -1,4 +1,27 @@
-//! rxe-net owns rxe's I/O. Today: reading and writing captures; the UDP device and driver
-//! loop come with the device issue.
+//! rxe-net owns rxe's I/O: UDP sockets on port 4791 with batched system
+//! calls, the encapsulation that fills and checks the ICRC against the IP
+//! and UDP headers the kernel writes and reads, interface and GID
+//! discovery, packet counters, a pcap tap, and the driver loop that feeds
+//! packets and time into an engine and sends what it emits. Also reading
+//! and writing captures.
+
+#![deny(unsafe_code)]
 
 pub mod capture;
+pub mod clock;
+pub mod counters;
+pub mod driver;
+pub mod encap;
+pub mod engine;
+pub mod netif;
+pub mod port;
+pub mod socket;
+pub mod tap;
+
+pub use clock::Clock;
+pub use counters::{NetCounter, NetCounters};
+pub use driver::{Driver, DriverWaker};
+pub use engine::{Engine, EndpointEngine};
+pub use port::NetPort;
+pub use tap::PcapTap;
+pub use socket::{RoceSocket, RxBatch, RxMeta, TxBatch};

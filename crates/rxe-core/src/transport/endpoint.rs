@@ -8,6 +8,11 @@
 //! matches the QP type, a P_Key that matches) and routes requests to the
 //! QP's responder and responses to its completer. Every packet it refuses
 //! is counted by reason.
+//!
+//! It also owns the port's shared receive queues ([`super::srq`]): SRQs by
+//! number, each counting the QPs attached to it. A request for a QP
+//! attached to an SRQ reaches the responder with that SRQ (one more map
+//! lookup for that packet, by the number the QP names; no scan).
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
@@ -18,6 +23,7 @@ use super::qp_attr::{AttrMask, QpAttr, QpState, QpType};
 use super::qp_state::{modify, ModifyError, QpCaps, QpConfig};
 use super::requester::Requester;
 use super::responder::Responder;
+use super::srq::{Srq, SrqAttr, SrqInit};
 use super::time::Instant;
 use super::wr::{PostError, RecvWr, SendWr, WorkCompletion};
 use crate::wire::{Transport, TransportRepr};
@@ -28,6 +34,10 @@ pub const GSI_QPN: u32 = 1;
 const FIRST_QPN: u32 = 0x11;
 /// QPNs are 24 bits.
 const QPN_MASK: u32 = 0xff_ffff;
+/// SRQ numbers are 24 bits, like QPNs (the XRC SRQ number that the XRCETH
+/// carries is a 24-bit field; not checked against the text); the first is 1.
+const SRQN_MASK: u32 = 0xff_ffff;
+const FIRST_SRQN: u32 = 1;
 
 /// Why an endpoint call was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -40,6 +50,20 @@ pub enum EndpointError {
     OutOfQpns,
     #[error(transparent)]
     Modify(#[from] ModifyError),
+    #[error("no SRQ with number {0:#x}")]
+    NoSuchSrq(u32),
+    #[error("SRQ {srqn:#x} is used by {qps} QP(s)")]
+    SrqInUse { srqn: u32, qps: usize },
+    #[error("max_wr is smaller than the number of receives queued on the SRQ")]
+    SrqResize,
+    #[error("SRQ limit {srq_limit} is larger than max_wr {max_wr}")]
+    SrqLimitTooLarge { srq_limit: u32, max_wr: u32 },
+    #[error("invalid SRQ attribute: {0}")]
+    InvalidSrqAttr(&'static str),
+    #[error("a {0} QP cannot use a shared receive queue")]
+    SrqNotSupported(QpType),
+    #[error("no free SRQ number")]
+    OutOfSrqns,
 }
 
 /// Whether two P_Keys match (IBTA 10.9.3): the same partition (low 15
@@ -64,6 +88,8 @@ pub struct Endpoint {
     pkey_table: Vec<u16>,
     qps: HashMap<u32, Qp>,
     next_qpn: u32,
+    srqs: HashMap<u32, Srq>,
+    next_srqn: u32,
     counters: Counters,
     /// QPs that may have something to send, in round-robin order.
     ready: VecDeque<u32>,
@@ -84,6 +110,8 @@ impl Endpoint {
             pkey_table: vec![0xffff],
             qps: HashMap::new(),
             next_qpn: FIRST_QPN,
+            srqs: HashMap::new(),
+            next_srqn: FIRST_SRQN,
             counters: Counters::default(),
             ready: VecDeque::new(),
             timers: BTreeSet::new(),
@@ -111,8 +139,17 @@ impl Endpoint {
     }
 
     /// Creates a QP in RESET; a GSI QP gets QPN 1, others the next free
-    /// number.
+    /// number. With `init.srq` the QP takes its receives from that SRQ
+    /// (RC, UC and UD; QP1 is the port's own and keeps its receive queue).
     pub fn create_qp(&mut self, init: QpInit) -> Result<u32, EndpointError> {
+        if let Some(srqn) = init.srq {
+            if init.qp_type == QpType::Gsi {
+                return Err(EndpointError::SrqNotSupported(init.qp_type));
+            }
+            if !self.srqs.contains_key(&srqn) {
+                return Err(EndpointError::NoSuchSrq(srqn));
+            }
+        }
         let qpn = if init.qp_type == QpType::Gsi {
             if self.qps.contains_key(&GSI_QPN) {
                 return Err(EndpointError::GsiExists);
@@ -127,6 +164,9 @@ impl Endpoint {
             QpConfig::new(init.qp_type, self.caps)
         };
         let pkey = pkey_of(&self.pkey_table, &config);
+        if let Some(srq) = init.srq.and_then(|n| self.srqs.get_mut(&n)) {
+            srq.attach();
+        }
         self.qps.insert(
             qpn,
             Qp {
@@ -150,9 +190,19 @@ impl Endpoint {
     }
 
     /// Destroys a QP; its outstanding work is dropped without completions,
-    /// as `ibv_destroy_qp` does.
+    /// as `ibv_destroy_qp` does. A QP attached to an SRQ detaches from it;
+    /// a receive it had taken for a message still in progress goes back to
+    /// the front of the SRQ rather than being lost (an application that
+    /// waits for Last WQE Reached before destroying, as it should, never
+    /// has one).
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), EndpointError> {
-        self.qps.remove(&qpn).ok_or(EndpointError::NoSuchQp(qpn))?;
+        let mut qp = self.qps.remove(&qpn).ok_or(EndpointError::NoSuchQp(qpn))?;
+        if let Some(srq) = qp.common.init.srq.and_then(|n| self.srqs.get_mut(&n)) {
+            if let Some(wr) = qp.resp.take_in_progress_recv() {
+                srq.push_front(wr);
+            }
+            srq.detach();
+        }
         self.set_deadline(qpn, None);
         self.ready.retain(|q| *q != qpn);
         Ok(())
@@ -166,6 +216,16 @@ impl Endpoint {
             .ok_or(EndpointError::NoSuchQp(qpn))?
             .common
             .config)
+    }
+
+    /// What the QP was created with.
+    pub fn query_qp_init(&self, qpn: u32) -> Result<&QpInit, EndpointError> {
+        Ok(&self
+            .qps
+            .get(&qpn)
+            .ok_or(EndpointError::NoSuchQp(qpn))?
+            .common
+            .init)
     }
 
     /// Modify QP: checked by `qp_state::modify`; on success both sides see
@@ -184,6 +244,12 @@ impl Endpoint {
         qp.common.pkey = pkey_of(&self.pkey_table, &qp.common.config);
         match qp.common.state() {
             QpState::Reset => {
+                // RESET forgets the QP's work; a receive it took from its
+                // SRQ for a message in progress is the SRQ's again.
+                let srq = qp.common.init.srq.and_then(|n| self.srqs.get_mut(&n));
+                if let (Some(srq), Some(wr)) = (srq, qp.resp.take_in_progress_recv()) {
+                    srq.push_front(wr);
+                }
                 qp.req = Requester::new();
                 qp.resp = Responder::new();
             }
@@ -208,6 +274,7 @@ impl Endpoint {
         Ok(())
     }
 
+    /// `ibv_post_recv`; refused with `QpHasSrq` on a QP attached to an SRQ.
     pub fn post_recv(&mut self, qpn: u32, wr: RecvWr) -> Result<(), PostError> {
         let qp = self.qps.get_mut(&qpn).ok_or(PostError::NoSuchQp(qpn))?;
         qp.resp.post_recv(&qp.common, wr)?;
@@ -217,6 +284,83 @@ impl Endpoint {
         }
         self.after(qpn);
         Ok(())
+    }
+
+    // ---- shared receive queues ------------------------------------------
+
+    /// `ibv_create_srq`: an empty SRQ, numbered from 1 upwards (24 bits,
+    /// wrapping, never a number still in use). `init.srq_limit`, when
+    /// non-zero, arms the limit from the start (kernel rxe takes it from
+    /// the init attributes too; libibverbs documents it as ignored there).
+    pub fn create_srq(&mut self, init: SrqInit) -> Result<u32, EndpointError> {
+        // Checked before a number is spent.
+        Srq::new(0, init)?;
+        let srqn = self.alloc_srqn()?;
+        self.srqs.insert(srqn, Srq::new(srqn, init)?);
+        Ok(srqn)
+    }
+
+    fn alloc_srqn(&mut self) -> Result<u32, EndpointError> {
+        for _ in 0..SRQN_MASK {
+            let srqn = self.next_srqn;
+            self.next_srqn = if srqn >= SRQN_MASK {
+                FIRST_SRQN
+            } else {
+                srqn + 1
+            };
+            if !self.srqs.contains_key(&srqn) {
+                return Ok(srqn);
+            }
+        }
+        Err(EndpointError::OutOfSrqns)
+    }
+
+    /// `ibv_destroy_srq`: refused while any QP is attached (`EBUSY` in
+    /// libibverbs); the receives still queued go without completions.
+    pub fn destroy_srq(&mut self, srqn: u32) -> Result<(), EndpointError> {
+        let srq = self.srqs.get(&srqn).ok_or(EndpointError::NoSuchSrq(srqn))?;
+        if srq.attached() > 0 {
+            return Err(EndpointError::SrqInUse {
+                srqn,
+                qps: srq.attached(),
+            });
+        }
+        self.srqs.remove(&srqn);
+        Ok(())
+    }
+
+    /// `ibv_modify_srq`: `max_wr` resizes (not below what is queued:
+    /// `SrqResize`), `srq_limit` arms the limit (0 disarms; above `max_wr`:
+    /// `SrqLimitTooLarge`). See [`Srq::modify`].
+    pub fn modify_srq(
+        &mut self,
+        srqn: u32,
+        max_wr: Option<u32>,
+        srq_limit: Option<u32>,
+    ) -> Result<(), EndpointError> {
+        self.srqs
+            .get_mut(&srqn)
+            .ok_or(EndpointError::NoSuchSrq(srqn))?
+            .modify(max_wr, srq_limit)
+    }
+
+    /// `ibv_query_srq`.
+    pub fn query_srq(&self, srqn: u32) -> Result<SrqAttr, EndpointError> {
+        Ok(self
+            .srqs
+            .get(&srqn)
+            .ok_or(EndpointError::NoSuchSrq(srqn))?
+            .attr())
+    }
+
+    /// `ibv_post_srq_recv` for one request (see [`Srq::post`]). A QP that
+    /// was refused a receive (RNR NAK) gets it when its requester resends,
+    /// so nothing is woken here.
+    pub fn post_srq_recv(&mut self, srqn: u32, wr: RecvWr) -> Result<(), PostError> {
+        self.srqs
+            .get_mut(&srqn)
+            .ok_or(PostError::NoSuchSrq(srqn))?
+            .post(wr)
     }
 
     /// A received packet: `bytes` from the BTH through the ICRC, whose ICRC
@@ -269,9 +413,11 @@ impl Endpoint {
             return self.counters.inc(Counter::DropPkeyMismatch);
         };
         if pkt.info.operation.is_request() {
+            let srq = c.init.srq.and_then(|n| self.srqs.get_mut(&n));
             qp.resp.handle_request(
                 c,
                 &mut self.counters,
+                srq,
                 now,
                 meta,
                 pkey_index as u16,
@@ -399,17 +545,35 @@ fn pkey_of(table: &[u16], config: &QpConfig) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::transport::memory::VecMemory;
+    use crate::transport::memory::{Key, VecMemory};
     use crate::transport::qp_attr::{AccessFlags, AddressVector, PathMtu};
+    use crate::transport::wr::{Sge, WcOpcode, WcStatus, WorkQueue};
     use crate::transport::Psn;
-    use crate::wire::{AethRepr, BthRepr, ExtReprs, Opcode, Syndrome};
+    use crate::wire::{AethRepr, BthRepr, DethRepr, ExtReprs, Opcode, Syndrome};
 
     /// An endpoint with one RC QP in RTR (expecting PSN 100) and one UD QP
     /// in RTR.
     fn setup() -> (Endpoint, u32, u32) {
         let mut ep = Endpoint::new(QpCaps::default());
-        let rc = ep.create_qp(QpInit::new(QpType::Rc, 1)).unwrap();
-        let ud = ep.create_qp(QpInit::new(QpType::Ud, 1)).unwrap();
+        let (rc, ud) = setup_on(&mut ep, None);
+        (ep, rc, ud)
+    }
+
+    /// Creates an RC QP (in RTR, expecting PSN 100, Q_Key-less) and a UD QP
+    /// (in RTR, Q_Key 0x1111) on `ep`, both attached to `srq` if given.
+    fn setup_on(ep: &mut Endpoint, srq: Option<u32>) -> (u32, u32) {
+        let rc = ep
+            .create_qp(QpInit {
+                srq,
+                ..QpInit::new(QpType::Rc, 1)
+            })
+            .unwrap();
+        let ud = ep
+            .create_qp(QpInit {
+                srq,
+                ..QpInit::new(QpType::Ud, 1)
+            })
+            .unwrap();
         let init = QpAttr {
             qp_state: Some(QpState::Init),
             pkey_index: Some(0),
@@ -449,7 +613,7 @@ mod tests {
             ..Default::default()
         };
         ep.modify_qp(ud, &ud_rtr, ud_rtr.mask()).unwrap();
-        (ep, rc, ud)
+        (rc, ud)
     }
 
     fn ack_to(qpn: u32, pkey: u16) -> Vec<u8> {
@@ -529,6 +693,449 @@ mod tests {
         );
         ep.destroy_qp(a).unwrap();
         assert_eq!(ep.destroy_qp(a), Err(EndpointError::NoSuchQp(a)));
+    }
+
+    /// A request packet to `qpn`.
+    fn request(qpn: u32, opcode: Opcode, psn: u32, ext: ExtReprs, payload: &[u8]) -> Vec<u8> {
+        let bth = BthRepr {
+            opcode,
+            solicited: false,
+            mig_req: false,
+            pad_count: 0,
+            pkey: 0xffff,
+            fecn: false,
+            becn: false,
+            dest_qp: qpn,
+            ack_req: true,
+            psn,
+        };
+        let t = TransportRepr::new(bth, ext, payload.len());
+        let mut buf = vec![0; t.buffer_len().unwrap()];
+        t.emit(&mut buf, payload).unwrap();
+        buf
+    }
+
+    fn rc_send(
+        ep: &mut Endpoint,
+        mem: &mut VecMemory,
+        qpn: u32,
+        psn: u32,
+        opcode: Opcode,
+        data: &[u8],
+    ) {
+        let meta = RecvMeta::between([0; 16], [0; 16]);
+        let pkt = request(qpn, opcode, psn, ExtReprs::default(), data);
+        ep.handle(Instant::ZERO, &meta, &pkt, mem);
+    }
+
+    fn ud_send(ep: &mut Endpoint, mem: &mut VecMemory, qpn: u32, data: &[u8]) {
+        let meta = RecvMeta::between([0; 16], [0; 16]);
+        let ext = ExtReprs {
+            deth: Some(DethRepr {
+                qkey: 0x1111,
+                src_qp: 0x77,
+            }),
+            ..Default::default()
+        };
+        let pkt = request(qpn, Opcode::UD_SEND_ONLY, 0, ext, data);
+        ep.handle(Instant::ZERO, &meta, &pkt, mem);
+    }
+
+    /// A receive of `len` bytes at `va` (a region registered by the test).
+    fn rwr(wr_id: u64, key: Key, va: u64, len: u32) -> RecvWr {
+        RecvWr {
+            wr_id,
+            sg_list: vec![Sge {
+                addr: va,
+                length: len,
+                lkey: key.raw(),
+            }],
+        }
+    }
+
+    fn completions(ep: &mut Endpoint) -> Vec<WorkCompletion> {
+        std::iter::from_fn(|| ep.poll_completion()).collect()
+    }
+
+    fn events(ep: &mut Endpoint) -> Vec<AsyncEvent> {
+        std::iter::from_fn(|| ep.poll_event()).collect()
+    }
+
+    /// Every ACK/NAK syndrome the endpoint has to send, in order.
+    fn acks(ep: &mut Endpoint, mem: &mut VecMemory) -> Vec<(u32, Syndrome)> {
+        let mut buf = [0u8; 4096 + 64];
+        let mut v = Vec::new();
+        while let Some(t) = ep.poll_transmit(Instant::ZERO, mem, &mut buf) {
+            let p = TransportRepr::parse(&buf[..t.len]).unwrap();
+            if let Some(a) = p.repr.ext.aeth {
+                v.push((p.repr.bth.psn, a.syndrome));
+            }
+        }
+        v
+    }
+
+    fn to_state(ep: &mut Endpoint, qpn: u32, state: QpState) {
+        let a = QpAttr {
+            qp_state: Some(state),
+            ..Default::default()
+        };
+        ep.modify_qp(qpn, &a, AttrMask::STATE).unwrap();
+    }
+
+    #[test]
+    fn srq_numbers_query_modify_and_destroy() {
+        let mut ep = Endpoint::new(QpCaps::default());
+        assert_eq!(ep.query_srq(1), Err(EndpointError::NoSuchSrq(1)));
+        let a = ep.create_srq(SrqInit::new(1)).unwrap();
+        let b = ep.create_srq(SrqInit::new(2)).unwrap();
+        assert_eq!((a, b), (1, 2));
+        // Refused creations spend no number.
+        let bad = SrqInit {
+            max_wr: 2,
+            srq_limit: 3,
+            ..SrqInit::new(1)
+        };
+        assert_eq!(
+            ep.create_srq(bad),
+            Err(EndpointError::SrqLimitTooLarge {
+                srq_limit: 3,
+                max_wr: 2
+            })
+        );
+        assert_eq!(
+            ep.query_srq(a),
+            Ok(SrqAttr {
+                max_wr: 128,
+                max_sge: 4,
+                srq_limit: 0,
+                queued: 0
+            })
+        );
+        let mut mem = VecMemory::new();
+        let k = mem
+            .register_bytes(1, 0x1000, vec![0; 64], AccessFlags::LOCAL_WRITE)
+            .unwrap();
+        ep.post_srq_recv(a, rwr(1, k, 0x1000, 64)).unwrap();
+        ep.post_srq_recv(a, rwr(2, k, 0x1000, 64)).unwrap();
+        assert_eq!(
+            ep.post_srq_recv(9, rwr(3, k, 0x1000, 64)),
+            Err(PostError::NoSuchSrq(9))
+        );
+        assert_eq!(
+            ep.modify_srq(a, Some(1), None),
+            Err(EndpointError::SrqResize)
+        );
+        assert_eq!(
+            ep.modify_srq(a, None, Some(129)),
+            Err(EndpointError::SrqLimitTooLarge {
+                srq_limit: 129,
+                max_wr: 128
+            })
+        );
+        assert_eq!(
+            ep.modify_srq(9, None, Some(1)),
+            Err(EndpointError::NoSuchSrq(9))
+        );
+        ep.modify_srq(a, Some(2), Some(1)).unwrap();
+        assert_eq!(
+            ep.query_srq(a),
+            Ok(SrqAttr {
+                max_wr: 2,
+                max_sge: 4,
+                srq_limit: 1,
+                queued: 2
+            })
+        );
+        assert_eq!(
+            ep.post_srq_recv(a, rwr(3, k, 0x1000, 64)),
+            Err(PostError::QueueFull { depth: 2 })
+        );
+        ep.destroy_srq(b).unwrap();
+        assert_eq!(ep.destroy_srq(b), Err(EndpointError::NoSuchSrq(b)));
+        // Numbers are not reused (while alive or soon after).
+        assert_eq!(ep.create_srq(SrqInit::new(1)), Ok(3));
+    }
+
+    #[test]
+    fn srq_qp_creation_checks_and_destroy_refused_while_attached() {
+        let mut ep = Endpoint::new(QpCaps::default());
+        let srqn = ep.create_srq(SrqInit::new(1)).unwrap();
+        let with = |t| QpInit {
+            srq: Some(srqn),
+            ..QpInit::new(t, 1)
+        };
+        assert_eq!(
+            ep.create_qp(QpInit {
+                srq: Some(77),
+                ..QpInit::new(QpType::Rc, 1)
+            }),
+            Err(EndpointError::NoSuchSrq(77))
+        );
+        assert_eq!(
+            ep.create_qp(with(QpType::Gsi)),
+            Err(EndpointError::SrqNotSupported(QpType::Gsi))
+        );
+        // A refused GSI creation did not take QPN 1.
+        assert_eq!(ep.create_qp(QpInit::new(QpType::Gsi, 1)), Ok(GSI_QPN));
+        let rc = ep.create_qp(with(QpType::Rc)).unwrap();
+        let uc = ep.create_qp(with(QpType::Uc)).unwrap();
+        let ud = ep.create_qp(with(QpType::Ud)).unwrap();
+        assert_eq!(
+            ep.destroy_srq(srqn),
+            Err(EndpointError::SrqInUse { srqn, qps: 3 })
+        );
+        ep.destroy_qp(rc).unwrap();
+        ep.destroy_qp(uc).unwrap();
+        assert_eq!(
+            ep.destroy_srq(srqn),
+            Err(EndpointError::SrqInUse { srqn, qps: 1 })
+        );
+        // A QP moved to RESET stays attached.
+        to_state(&mut ep, ud, QpState::Reset);
+        assert!(ep.destroy_srq(srqn).is_err());
+        ep.destroy_qp(ud).unwrap();
+        ep.destroy_srq(srqn).unwrap();
+        assert_eq!(ep.query_srq(srqn), Err(EndpointError::NoSuchSrq(srqn)));
+    }
+
+    #[test]
+    fn post_recv_on_an_srq_qp_is_refused() {
+        let mut ep = Endpoint::new(QpCaps::default());
+        let srqn = ep.create_srq(SrqInit::new(1)).unwrap();
+        let (rc, ud) = setup_on(&mut ep, Some(srqn));
+        for q in [rc, ud] {
+            let wr = RecvWr {
+                wr_id: 1,
+                sg_list: vec![],
+            };
+            assert_eq!(ep.post_recv(q, wr), Err(PostError::QpHasSrq));
+        }
+        // Even in RESET, and nothing was queued anywhere.
+        to_state(&mut ep, rc, QpState::Reset);
+        let wr = RecvWr {
+            wr_id: 1,
+            sg_list: vec![],
+        };
+        assert_eq!(ep.post_recv(rc, wr), Err(PostError::QpHasSrq));
+        assert_eq!(ep.query_srq(srqn).unwrap().queued, 0);
+        assert!(completions(&mut ep).is_empty());
+    }
+
+    #[test]
+    fn ud_and_rc_qps_share_one_srq_in_posting_order() {
+        let mut ep = Endpoint::new(QpCaps::default());
+        let srqn = ep.create_srq(SrqInit::new(7)).unwrap();
+        let (rc, ud) = setup_on(&mut ep, Some(srqn));
+        let mut mem = VecMemory::new();
+        // The QPs' PD (1), not the SRQ's (7): receive buffers are checked in
+        // the PD of the QP that takes them.
+        let k = mem
+            .register_bytes(1, 0x1000, vec![0; 4 * 256], AccessFlags::LOCAL_WRITE)
+            .unwrap();
+        for i in 0..4u64 {
+            ep.post_srq_recv(srqn, rwr(10 + i, k, 0x1000 + 256 * i, 256))
+                .unwrap();
+        }
+        rc_send(&mut ep, &mut mem, rc, 100, Opcode::RC_SEND_ONLY, b"rc-0");
+        ud_send(&mut ep, &mut mem, ud, b"ud-0");
+        ud_send(&mut ep, &mut mem, ud, b"ud-1");
+        rc_send(&mut ep, &mut mem, rc, 101, Opcode::RC_SEND_ONLY, b"rc-1");
+        let got: Vec<_> = completions(&mut ep)
+            .iter()
+            .map(|w| (w.wr_id, w.qp_num, w.status, w.queue, w.byte_len, w.src_qp))
+            .collect();
+        let ok = WcStatus::Success;
+        let rq = WorkQueue::Recv;
+        assert_eq!(
+            got,
+            [
+                (10, rc, ok, rq, 4, 0),
+                (11, ud, ok, rq, 44, 0x77),
+                (12, ud, ok, rq, 44, 0x77),
+                (13, rc, ok, rq, 4, 0),
+            ]
+        );
+        let b = mem.bytes(k).unwrap();
+        assert_eq!(&b[..4], b"rc-0");
+        assert_eq!(&b[256 + 40..256 + 44], b"ud-0");
+        assert_eq!(&b[512 + 40..512 + 44], b"ud-1");
+        assert_eq!(&b[768..772], b"rc-1");
+        assert_eq!(ep.query_srq(srqn).unwrap().queued, 0);
+        // Dry: RNR NAK for RC, drop for UD; then a post lets the resend in.
+        rc_send(&mut ep, &mut mem, rc, 102, Opcode::RC_SEND_ONLY, b"late");
+        ud_send(&mut ep, &mut mem, ud, b"lost");
+        assert_eq!(ep.counters().get(Counter::DropNoRecv), 1);
+        assert_eq!(ep.counters().get(Counter::SendRnrErr), 1);
+        let a = acks(&mut ep, &mut mem);
+        assert_eq!(a.last(), Some(&(102, Syndrome::RnrNak { timer: 12 })));
+        ep.post_srq_recv(srqn, rwr(20, k, 0x1000, 256)).unwrap();
+        rc_send(&mut ep, &mut mem, rc, 102, Opcode::RC_SEND_ONLY, b"late");
+        let got: Vec<_> = completions(&mut ep)
+            .iter()
+            .map(|w| (w.wr_id, w.qp_num, w.status))
+            .collect();
+        assert_eq!(got, [(20, rc, WcStatus::Success)]);
+    }
+
+    #[test]
+    fn srq_limit_event_fires_once_and_disarms() {
+        let mut ep = Endpoint::new(QpCaps::default());
+        let srqn = ep.create_srq(SrqInit::new(1)).unwrap();
+        let (rc, ud) = setup_on(&mut ep, Some(srqn));
+        let mut mem = VecMemory::new();
+        let k = mem
+            .register_bytes(1, 0x1000, vec![0; 256], AccessFlags::LOCAL_WRITE)
+            .unwrap();
+        for i in 0..6 {
+            ep.post_srq_recv(srqn, rwr(i, k, 0x1000, 256)).unwrap();
+        }
+        ep.modify_srq(srqn, None, Some(4)).unwrap();
+        ud_send(&mut ep, &mut mem, ud, b"a"); // 5 left
+        ud_send(&mut ep, &mut mem, ud, b"b"); // 4 left
+        assert_eq!(events(&mut ep), []);
+        assert_eq!(ep.query_srq(srqn).unwrap().srq_limit, 4);
+        // The QP that takes the WQE crossing the limit raises it: here RC.
+        rc_send(&mut ep, &mut mem, rc, 100, Opcode::RC_SEND_ONLY, b"c"); // 3 left
+        assert_eq!(
+            events(&mut ep),
+            [
+                AsyncEvent::CommEstablished { qpn: rc },
+                AsyncEvent::SrqLimitReached { srqn }
+            ]
+        );
+        assert_eq!(ep.query_srq(srqn).unwrap().srq_limit, 0, "disarmed");
+        ud_send(&mut ep, &mut mem, ud, b"d");
+        ud_send(&mut ep, &mut mem, ud, b"e");
+        assert_eq!(events(&mut ep), [], "fires once");
+        // Armed again: fires again.
+        ep.modify_srq(srqn, None, Some(2)).unwrap();
+        ud_send(&mut ep, &mut mem, ud, b"f"); // 0 left
+        assert_eq!(events(&mut ep), [AsyncEvent::SrqLimitReached { srqn }]);
+        assert_eq!(completions(&mut ep).len(), 6);
+    }
+
+    #[test]
+    fn qp_error_flushes_only_its_taken_wqe_and_raises_last_wqe_reached_once() {
+        let mut ep = Endpoint::new(QpCaps::default());
+        let srqn = ep.create_srq(SrqInit::new(1)).unwrap();
+        let (rc, ud) = setup_on(&mut ep, Some(srqn));
+        let mut mem = VecMemory::new();
+        let k = mem
+            .register_bytes(1, 0x1000, vec![0; 4096], AccessFlags::LOCAL_WRITE)
+            .unwrap();
+        for i in 0..3 {
+            ep.post_srq_recv(srqn, rwr(i, k, 0x1000, 4096)).unwrap();
+        }
+        // The RC QP takes WQE 0 for a message still in progress.
+        rc_send(
+            &mut ep,
+            &mut mem,
+            rc,
+            100,
+            Opcode::RC_SEND_FIRST,
+            &[1; 1024],
+        );
+        events(&mut ep);
+        to_state(&mut ep, rc, QpState::Error);
+        let got: Vec<_> = completions(&mut ep)
+            .iter()
+            .map(|w| (w.wr_id, w.qp_num, w.status, w.opcode, w.queue))
+            .collect();
+        assert_eq!(
+            got,
+            [(0, rc, WcStatus::WrFlushErr, WcOpcode::Recv, WorkQueue::Recv)]
+        );
+        assert_eq!(events(&mut ep), [AsyncEvent::LastWqeReached { qpn: rc }]);
+        // The SRQ kept its WQEs; the other QP goes on using them.
+        assert_eq!(ep.query_srq(srqn).unwrap().queued, 2);
+        ud_send(&mut ep, &mut mem, ud, b"x");
+        let got: Vec<_> = completions(&mut ep)
+            .iter()
+            .map(|w| (w.wr_id, w.qp_num, w.status))
+            .collect();
+        assert_eq!(got, [(1, ud, WcStatus::Success)]);
+        // A send posted in ERR is flushed; no second Last WQE Reached.
+        let swr = SendWr {
+            wr_id: 50,
+            op: crate::transport::SendOp::Send,
+            data: crate::transport::SendData::Inline(vec![]),
+            signaled: true,
+            fence: false,
+            solicited: false,
+            ud: None,
+        };
+        ep.post_send(rc, swr).unwrap();
+        let got: Vec<_> = completions(&mut ep)
+            .iter()
+            .map(|w| (w.wr_id, w.status, w.queue))
+            .collect();
+        assert_eq!(got, [(50, WcStatus::WrFlushErr, WorkQueue::Send)]);
+        assert_eq!(events(&mut ep), []);
+        // Packets to the QP in ERR take nothing from the SRQ.
+        rc_send(&mut ep, &mut mem, rc, 101, Opcode::RC_SEND_ONLY, b"y");
+        assert_eq!(ep.query_srq(srqn).unwrap().queued, 1);
+        // After RESET and a new trip to ERR, it is raised again.
+        to_state(&mut ep, rc, QpState::Reset);
+        to_state(&mut ep, rc, QpState::Error);
+        assert_eq!(events(&mut ep), [AsyncEvent::LastWqeReached { qpn: rc }]);
+        assert!(completions(&mut ep).is_empty());
+        // A fatal error (QP_FATAL) raises it too.
+        ud_send(&mut ep, &mut mem, ud, &[0; 4090]); // too long for 4096 - 40
+        let got: Vec<_> = completions(&mut ep)
+            .iter()
+            .map(|w| (w.wr_id, w.qp_num, w.status))
+            .collect();
+        assert_eq!(got, [(2, ud, WcStatus::LocLenErr)]);
+        assert_eq!(
+            events(&mut ep),
+            [
+                AsyncEvent::QpFatal { qpn: ud },
+                AsyncEvent::LastWqeReached { qpn: ud }
+            ]
+        );
+    }
+
+    #[test]
+    fn reset_or_destroy_mid_message_gives_the_wqe_back_to_the_srq() {
+        let mut ep = Endpoint::new(QpCaps::default());
+        let srqn = ep.create_srq(SrqInit::new(1)).unwrap();
+        let (rc, ud) = setup_on(&mut ep, Some(srqn));
+        let mut mem = VecMemory::new();
+        let k = mem
+            .register_bytes(1, 0x1000, vec![0; 4096], AccessFlags::LOCAL_WRITE)
+            .unwrap();
+        for i in 0..2 {
+            ep.post_srq_recv(srqn, rwr(i, k, 0x1000, 4096)).unwrap();
+        }
+        rc_send(
+            &mut ep,
+            &mut mem,
+            rc,
+            100,
+            Opcode::RC_SEND_FIRST,
+            &[1; 1024],
+        );
+        assert_eq!(ep.query_srq(srqn).unwrap().queued, 1);
+        to_state(&mut ep, rc, QpState::Reset);
+        assert_eq!(ep.query_srq(srqn).unwrap().queued, 2);
+        assert!(completions(&mut ep).is_empty());
+        // The WQE given back is the first one taken next.
+        ud_send(&mut ep, &mut mem, ud, b"x");
+        assert_eq!(completions(&mut ep)[0].wr_id, 0);
+        // Destroyed mid-message: the same.
+        let (rc2, _) = setup_on(&mut ep, Some(srqn));
+        rc_send(
+            &mut ep,
+            &mut mem,
+            rc2,
+            100,
+            Opcode::RC_SEND_FIRST,
+            &[1; 1024],
+        );
+        assert_eq!(ep.query_srq(srqn).unwrap().queued, 0);
+        ep.destroy_qp(rc2).unwrap();
+        assert_eq!(ep.query_srq(srqn).unwrap().queued, 1);
+        assert!(completions(&mut ep).is_empty());
     }
 
     #[test]

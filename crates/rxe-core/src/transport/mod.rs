@@ -9,6 +9,8 @@
 //! - [`qp_attr`] and [`qp_state`]: QP types, states and attributes, and
 //!   Modify QP as a pure function that enforces the IBTA table of required and
 //!   optional attributes per transition, with typed errors.
+//! - [`srq`]: shared receive queues, which the endpoint owns and passes to
+//!   the responder of each QP attached to one (`QpInit::srq`).
 //!
 //! IBTA section numbers cited here refer to the InfiniBand Architecture
 //! Specification Volume 1; some were taken from secondary sources and are
@@ -42,6 +44,7 @@ pub mod requester;
 pub mod responder;
 pub mod responder_resources;
 mod send_queue;
+pub mod srq;
 pub mod time;
 pub mod wr;
 
@@ -55,6 +58,7 @@ pub use qp_attr::{
     PathMtu, QpAttr, QpState, QpType, GSI_QKEY,
 };
 pub use qp_state::{modify, transition, ModifyError, QpCaps, QpConfig, Transition};
+pub use srq::{Srq, SrqAttr, SrqInit};
 pub use time::Instant;
 pub use wr::{
     PostError, RecvWr, SendData, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion,

@@ -21,6 +21,12 @@ pub struct QpInit {
     pub max_inline_data: u32,
     /// Every send completes with a completion, signaled or not.
     pub sq_sig_all: bool,
+    /// The shared receive queue this QP takes its receives from
+    /// (`ibv_qp_init_attr.srq`), instead of a receive queue of its own;
+    /// `max_recv_wr` and `max_recv_sge` are then unused. RC, UC and UD only.
+    /// Receive buffers are checked in this QP's `pd`, not the SRQ's
+    /// (see [`super::srq`]).
+    pub srq: Option<u32>,
 }
 
 impl QpInit {
@@ -35,6 +41,7 @@ impl QpInit {
             max_recv_sge: 4,
             max_inline_data: 256,
             sq_sig_all: false,
+            srq: None,
         }
     }
 }
@@ -48,9 +55,16 @@ pub enum AsyncEvent {
     QpFatal { qpn: u32 },
     /// SQD reached with nothing outstanding (`IBV_EVENT_SQ_DRAINED`).
     SqDrained { qpn: u32 },
-    /// The last receive of a QP in ERR attached to an SRQ
-    /// (`IBV_EVENT_QP_LAST_WQE_REACHED`).
+    /// A QP attached to an SRQ is in ERR and will take no more receives from
+    /// it; any receive it had taken has completed (flushed)
+    /// (`IBV_EVENT_QP_LAST_WQE_REACHED`; IBTA 10.3.1 / 11.6.3, not checked
+    /// against the text). Raised once per entry into ERR.
     LastWqeReached { qpn: u32 },
+    /// An armed SRQ limit was reached: fewer than `srq_limit` receives
+    /// remain queued; the limit is now disarmed
+    /// (`IBV_EVENT_SRQ_LIMIT_REACHED`; IBTA 10.2.9.x, 11.6.3, not checked
+    /// against the text).
+    SrqLimitReached { srqn: u32 },
 }
 
 /// A packet the engine wrote into the caller's buffer: BTH through pad,

@@ -31,6 +31,12 @@ impl RecvQueue {
     /// then flushed with WR_FLUSH_ERR, as kernel rxe and hardware do: the
     /// endpoint asks for the flush after the post.
     pub fn post(&mut self, common: &QpCommon, wr: RecvWr) -> Result<(), PostError> {
+        // A QP attached to an SRQ has no receive queue of its own
+        // (`ibv_post_recv` on it fails; IBTA 10.2.9, not checked against
+        // the text).
+        if common.init.srq.is_some() {
+            return Err(PostError::QpHasSrq);
+        }
         if common.state() == QpState::Reset {
             return Err(PostError::BadState);
         }

@@ -42,6 +42,19 @@
 //!   the packets dropped, so that late copies of them count as stale.
 //! - SEND with Invalidate: the completion reports the R_Key; invalidating
 //!   the memory region is the verbs layer's job (it owns the MR table).
+//! - Shared receive queue: a QP created with `QpInit::srq` takes the receive
+//!   for each new SEND (at its first packet) or WRITE with immediate (at its
+//!   last packet, the one with the immediate) from the SRQ the endpoint
+//!   passes in, exactly where it would take one from its own queue; an empty
+//!   SRQ means RNR NAK (RC) or drop (UC, UD), as an empty receive queue
+//!   does. A UC message that lost a packet gives its receive back to the
+//!   front of the SRQ. Taking a receive may reach the SRQ limit, which the
+//!   responder raises as `AsyncEvent::SrqLimitReached` through the QP's
+//!   events. In ERR the SRQ's receives are not flushed (they are not this
+//!   QP's); only the one this QP took for a message in progress completes
+//!   with WR_FLUSH_ERR, and then `AsyncEvent::LastWqeReached` is raised once
+//!   (IBTA 10.3.1 / 11.6.3, not checked against the text; kernel rxe raises
+//!   it when it flushes an SRQ QP's receive side).
 
 use std::collections::VecDeque;
 
@@ -52,6 +65,7 @@ use super::qp::{AsyncEvent, QpCommon, RecvMeta, Transmit};
 use super::qp_attr::{AccessFlags, QpState, QpType, GSI_QKEY};
 use super::recv_queue::{scatter, total_len, RecvQueue, MAX_MESSAGE};
 use super::responder_resources::{Entry, Resources, Saved};
+use super::srq::Srq;
 use super::time::Instant;
 use super::wr::{PostError, RecvWr, WcOpcode, WcStatus, WorkCompletion, WorkQueue};
 use crate::wire::{
@@ -152,6 +166,8 @@ pub struct Responder {
     msg: Msg,
     resources: Resources,
     out: VecDeque<Out>,
+    /// SRQ: Last WQE Reached has been raised for this entry into ERR.
+    last_wqe_raised: bool,
 }
 
 impl Responder {
@@ -185,18 +201,34 @@ impl Responder {
         }
     }
 
-    /// `ibv_post_recv` (see [`RecvQueue::post`]).
+    /// `ibv_post_recv` (see [`RecvQueue::post`]; refused with `QpHasSrq` on
+    /// a QP attached to an SRQ).
     pub fn post_recv(&mut self, common: &QpCommon, wr: RecvWr) -> Result<(), PostError> {
         self.rq.post(common, wr)
     }
 
+    /// The receive a SEND in progress has taken, if any, leaving no message
+    /// in progress. The endpoint gives it back to the SRQ when a QP attached
+    /// to one is reset or destroyed mid-message.
+    pub fn take_in_progress_recv(&mut self) -> Option<RecvWr> {
+        match core::mem::take(&mut self.msg) {
+            Msg::Send { wr, .. } => Some(wr),
+            other => {
+                self.msg = other;
+                None
+            }
+        }
+    }
+
     /// A request packet for this QP, which the endpoint has checked (QPN,
-    /// transport, state, P_Key).
+    /// transport, state, P_Key). `srq` is the SRQ the QP is attached to
+    /// (`QpInit::srq`), `None` for a QP with its own receive queue.
     #[allow(clippy::too_many_arguments)]
     pub fn handle_request(
         &mut self,
         common: &mut QpCommon,
         counters: &mut Counters,
+        srq: Option<&mut Srq>,
         _now: Instant,
         meta: &RecvMeta,
         pkey_index: u16,
@@ -212,9 +244,33 @@ impl Responder {
             }
         }
         match common.qp_type() {
-            QpType::Rc => self.rc(common, counters, pkey_index, pkt, mem),
-            QpType::Uc => self.uc(common, counters, pkey_index, pkt, mem),
-            QpType::Ud | QpType::Gsi => self.ud(common, counters, meta, pkey_index, pkt, mem),
+            QpType::Rc => self.rc(common, counters, srq, pkey_index, pkt, mem),
+            QpType::Uc => self.uc(common, counters, srq, pkey_index, pkt, mem),
+            QpType::Ud | QpType::Gsi => self.ud(common, counters, srq, meta, pkey_index, pkt, mem),
+        }
+    }
+
+    /// Takes the receive for a new message: from the SRQ if the QP has
+    /// one (raising SRQ Limit Reached when that take reached the limit),
+    /// else from its own queue.
+    fn take_recv(&mut self, common: &mut QpCommon, srq: Option<&mut Srq>) -> Option<RecvWr> {
+        match srq {
+            Some(srq) => {
+                let wr = srq.pop()?;
+                if srq.take_limit_reached() {
+                    common.event(AsyncEvent::SrqLimitReached { srqn: srq.srqn() });
+                }
+                Some(wr)
+            }
+            None => self.rq.pop(),
+        }
+    }
+
+    /// Whether a receive is there to take.
+    fn has_recv(&self, srq: Option<&Srq>) -> bool {
+        match srq {
+            Some(srq) => !srq.is_empty(),
+            None => !self.rq.is_empty(),
         }
     }
 
@@ -330,6 +386,9 @@ impl Responder {
 
     /// The QP is in ERR: every posted receive (and the one a SEND was
     /// filling) completes with WR_FLUSH_ERR; only a final NAK stays queued.
+    /// A QP attached to an SRQ flushes only the receive it took (the SRQ's
+    /// belong to the SRQ and stay queued for its other QPs), then raises
+    /// Last WQE Reached, once per entry into ERR.
     pub fn flush(&mut self, common: &mut QpCommon) {
         let qpn = common.qpn;
         let flushed = |wr_id| {
@@ -349,6 +408,12 @@ impl Responder {
         }
         self.out.retain(Out::is_final);
         self.resources.clear();
+        // In ERR no request reaches the responder any more (the endpoint
+        // drops them), so nothing more will be taken from the SRQ.
+        if common.init.srq.is_some() && common.state() == QpState::Error && !self.last_wqe_raised {
+            self.last_wqe_raised = true;
+            common.event(AsyncEvent::LastWqeReached { qpn: common.qpn });
+        }
     }
 
     // ---- RC -------------------------------------------------------------
@@ -357,6 +422,7 @@ impl Responder {
         &mut self,
         common: &mut QpCommon,
         counters: &mut Counters,
+        srq: Option<&mut Srq>,
         pkey_index: u16,
         pkt: &TransportPacket<'_>,
         mem: &mut dyn MemoryAccess,
@@ -366,7 +432,7 @@ impl Responder {
         match classify_request(psn, self.epsn) {
             RequestPsn::Expected => {
                 self.nak_sent = false;
-                match self.execute(common, counters, pkey_index, pkt, mem) {
+                match self.execute(common, counters, srq, pkey_index, pkt, mem) {
                     Ok(npsn) => {
                         self.epsn = psn.add(npsn);
                         let responded = matches!(
@@ -527,6 +593,7 @@ impl Responder {
         &mut self,
         common: &mut QpCommon,
         counters: &mut Counters,
+        mut srq: Option<&mut Srq>,
         pkey_index: u16,
         pkt: &TransportPacket<'_>,
         mem: &mut dyn MemoryAccess,
@@ -544,7 +611,7 @@ impl Responder {
             RequestPsn::OutOfSequence { .. } => {
                 // Packets were lost: the message they belonged to is gone.
                 counters.inc(Counter::OutOfSeqRequest);
-                self.uc_abort(counters);
+                self.uc_abort(counters, srq.as_deref_mut());
                 if !starts {
                     self.uc_discard = true;
                 }
@@ -557,14 +624,14 @@ impl Responder {
             return;
         }
         self.uc_discard = false;
-        match self.execute(common, counters, pkey_index, pkt, mem) {
+        match self.execute(common, counters, srq.as_deref_mut(), pkey_index, pkt, mem) {
             Ok(n) => self.epsn = psn.add(n),
             Err(fail) => {
                 counters.inc(match fail {
                     Fail::NoRecv => Counter::DropNoRecv,
                     Fail::Nak(_) => Counter::DropUcIncomplete,
                 });
-                self.uc_abort(counters);
+                self.uc_abort(counters, srq);
                 self.uc_discard =
                     !matches!(pkt.info.position, Some(Position::Last | Position::Only));
                 self.epsn = psn.next();
@@ -572,12 +639,16 @@ impl Responder {
         }
     }
 
-    /// Drops the UC message in progress; a SEND gives its receive back.
-    fn uc_abort(&mut self, counters: &mut Counters) {
+    /// Drops the UC message in progress; a SEND gives its receive back, to
+    /// the front of the queue it came from (its own or the SRQ).
+    fn uc_abort(&mut self, counters: &mut Counters, srq: Option<&mut Srq>) {
         match core::mem::take(&mut self.msg) {
             Msg::Idle => {}
             Msg::Send { wr, .. } => {
-                self.rq.push_front(wr);
+                match srq {
+                    Some(srq) => srq.push_front(wr),
+                    None => self.rq.push_front(wr),
+                }
                 counters.inc(Counter::DropUcIncomplete);
             }
             Msg::Write { .. } => counters.inc(Counter::DropUcIncomplete),
@@ -586,10 +657,12 @@ impl Responder {
 
     // ---- UD -------------------------------------------------------------
 
+    #[allow(clippy::too_many_arguments)]
     fn ud(
         &mut self,
         common: &mut QpCommon,
         counters: &mut Counters,
+        srq: Option<&mut Srq>,
         meta: &RecvMeta,
         pkey_index: u16,
         pkt: &TransportPacket<'_>,
@@ -614,7 +687,7 @@ impl Responder {
         if pkt.info.operation != Operation::Send {
             return counters.inc(Counter::DropWrongTransport);
         }
-        let Some(wr) = self.rq.pop() else {
+        let Some(wr) = self.take_recv(common, srq) else {
             return counters.inc(Counter::DropNoRecv);
         };
         let mut wc = WorkCompletion::new(
@@ -640,6 +713,7 @@ impl Responder {
                 wc.grh = true;
                 wc.byte_len = total as u32;
                 wc.imm_data = pkt.repr.ext.immdt.map(|i| i.imm);
+                wc.solicited = pkt.repr.bth.solicited;
                 counters.inc(Counter::RdmaRecvs);
                 common.complete(wc);
             }
@@ -659,6 +733,7 @@ impl Responder {
         &mut self,
         common: &mut QpCommon,
         counters: &mut Counters,
+        srq: Option<&mut Srq>,
         pkey_index: u16,
         pkt: &TransportPacket<'_>,
         mem: &mut dyn MemoryAccess,
@@ -692,8 +767,8 @@ impl Responder {
             }
         }
         match info.operation {
-            Operation::Send => self.exec_send(common, counters, pkey_index, pkt, mem),
-            Operation::RdmaWrite => self.exec_write(common, counters, pkey_index, pkt, mem),
+            Operation::Send => self.exec_send(common, counters, srq, pkey_index, pkt, mem),
+            Operation::RdmaWrite => self.exec_write(common, counters, srq, pkey_index, pkt, mem),
             Operation::RdmaReadRequest if common.qp_type() == QpType::Rc => {
                 self.exec_read(common, pkt, mem)
             }
@@ -709,12 +784,13 @@ impl Responder {
         &mut self,
         common: &mut QpCommon,
         counters: &mut Counters,
+        srq: Option<&mut Srq>,
         pkey_index: u16,
         pkt: &TransportPacket<'_>,
         mem: &mut dyn MemoryAccess,
     ) -> Result<u32, Fail> {
         if matches!(self.msg, Msg::Idle) {
-            let wr = self.rq.pop().ok_or(Fail::NoRecv)?;
+            let wr = self.take_recv(common, srq).ok_or(Fail::NoRecv)?;
             self.msg = Msg::Send { wr, written: 0 };
         }
         let Msg::Send { wr, written } = &mut self.msg else {
@@ -758,6 +834,7 @@ impl Responder {
             wc.imm_data = pkt.repr.ext.immdt.map(|i| i.imm);
             wc.invalidated_rkey = pkt.repr.ext.ieth.map(|i| i.rkey);
             wc.pkey_index = pkey_index;
+            wc.solicited = pkt.repr.bth.solicited;
             common.complete(wc);
             counters.inc(Counter::RdmaRecvs);
             self.msn = (self.msn + 1) & Psn::MASK;
@@ -769,6 +846,7 @@ impl Responder {
         &mut self,
         common: &mut QpCommon,
         counters: &mut Counters,
+        srq: Option<&mut Srq>,
         pkey_index: u16,
         pkt: &TransportPacket<'_>,
         mem: &mut dyn MemoryAccess,
@@ -776,7 +854,9 @@ impl Responder {
         let info = pkt.info;
         // WRITE with immediate consumes a receive: check before any side
         // effect, so that the packet the RNR NAK names can simply be resent.
-        if info.immediate && self.rq.is_empty() {
+        // (Nothing else can take from a shared SRQ between this check and
+        // the take below: both happen in this one call.)
+        if info.immediate && !self.has_recv(srq.as_deref()) {
             return Err(Fail::NoRecv);
         }
         if matches!(self.msg, Msg::Idle) {
@@ -819,7 +899,7 @@ impl Responder {
             self.msg = Msg::Idle;
             self.msn = (self.msn + 1) & Psn::MASK;
             if info.immediate {
-                let Some(wr) = self.rq.pop() else {
+                let Some(wr) = self.take_recv(common, srq) else {
                     return Err(Fail::NoRecv);
                 };
                 let mut wc = WorkCompletion::new(
@@ -832,6 +912,7 @@ impl Responder {
                 wc.byte_len = u32::try_from(dma_len).unwrap_or(u32::MAX);
                 wc.imm_data = pkt.repr.ext.immdt.map(|i| i.imm);
                 wc.pkey_index = pkey_index;
+                wc.solicited = pkt.repr.bth.solicited;
                 common.complete(wc);
                 counters.inc(Counter::RdmaRecvs);
             }

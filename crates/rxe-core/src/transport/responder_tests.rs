@@ -5,6 +5,7 @@ use crate::transport::memory::VecMemory;
 use crate::transport::qp::QpInit;
 use crate::transport::qp_attr::{AddressVector, PathMtu, QpAttr};
 use crate::transport::qp_state::{modify, QpCaps, QpConfig};
+use crate::transport::srq::{Srq, SrqInit};
 use crate::transport::wr::Sge;
 use crate::wire::{AtomicEthRepr, DethRepr, IethRepr, ImmDtRepr, RethRepr};
 
@@ -24,7 +25,11 @@ struct H {
     mem: VecMemory,
     meta: RecvMeta,
     next_va: u64,
+    /// The SRQ the QP is attached to, if any (the endpoint's part).
+    srq: Option<Srq>,
 }
+
+const SRQN: u32 = 0x5;
 
 fn av() -> AddressVector {
     let mut dgid = [0u8; 16];
@@ -95,7 +100,20 @@ impl H {
             mem: VecMemory::new(),
             meta: RecvMeta::between([1; 16], [2; 16]),
             next_va: 0x10_000,
+            srq: None,
         }
+    }
+
+    /// As `new`, but attached to an SRQ created with `init`.
+    fn with_srq(ty: QpType, init: SrqInit) -> H {
+        let mut h = H::new(ty);
+        h.c.init.srq = Some(SRQN);
+        h.srq = Some(Srq::new(SRQN, init).unwrap());
+        h
+    }
+
+    fn srq(&mut self) -> &mut Srq {
+        self.srq.as_mut().unwrap()
     }
 
     fn new(ty: QpType) -> H {
@@ -130,22 +148,22 @@ impl H {
         (k, va)
     }
 
-    /// Posts a receive of one SGE of `len` bytes; returns its key.
+    /// Posts a receive of one SGE of `len` bytes (to the SRQ if the QP has
+    /// one); returns its key.
     fn recv(&mut self, wr_id: u64, len: u32) -> Key {
         let (k, va) = self.region(len as usize, 0xee, AccessFlags::LOCAL_WRITE);
-        self.resp
-            .post_recv(
-                &self.c,
-                RecvWr {
-                    wr_id,
-                    sg_list: vec![Sge {
-                        addr: va,
-                        length: len,
-                        lkey: k.raw(),
-                    }],
-                },
-            )
-            .unwrap();
+        let wr = RecvWr {
+            wr_id,
+            sg_list: vec![Sge {
+                addr: va,
+                length: len,
+                lkey: k.raw(),
+            }],
+        };
+        match self.srq.as_mut() {
+            Some(srq) => srq.post(wr).unwrap(),
+            None => self.resp.post_recv(&self.c, wr).unwrap(),
+        }
         k
     }
 
@@ -154,6 +172,7 @@ impl H {
         self.resp.handle_request(
             &mut self.c,
             &mut self.cnt,
+            self.srq.as_mut(),
             Instant::ZERO,
             &self.meta,
             0,
@@ -1470,4 +1489,351 @@ fn flush_completes_every_receive_in_order() {
     );
     assert!(h.out().is_empty());
     assert_eq!(h.resp.posted_recvs(), 0);
+}
+
+// ---- shared receive queue ----------------------------------------------------
+
+/// The wr_ids still queued on the SRQ, front first (emptying it).
+fn srq_ids(h: &mut H) -> Vec<u64> {
+    std::iter::from_fn(|| h.srq().pop())
+        .map(|w| w.wr_id)
+        .collect()
+}
+
+#[test]
+fn srq_send_takes_from_the_srq_with_rnr_when_it_is_empty() {
+    let mut h = H::with_srq(QpType::Rc, SrqInit::new(PD));
+    // The QP has no receive queue of its own.
+    let wr = RecvWr {
+        wr_id: 9,
+        sg_list: vec![],
+    };
+    assert_eq!(h.resp.post_recv(&h.c, wr), Err(PostError::QpHasSrq));
+    // Empty SRQ: RNR NAK, expected PSN unchanged.
+    h.feed(&pkt(Opcode::RC_SEND_ONLY, RQ_PSN, true, none(), b"abc"));
+    let out = h.out();
+    assert_eq!(out.len(), 1);
+    assert_ack(&out[0], RQ_PSN, Syndrome::RnrNak { timer: RNR_TIMER }, 0);
+    assert_eq!(h.resp.expected_psn(), Psn::new(RQ_PSN));
+    assert!(h.wcs().is_empty());
+    // Posted to the SRQ: the resend lands in the SRQ's oldest receive.
+    let k1 = h.recv(1, 64);
+    h.recv(2, 64);
+    h.feed(&pkt(Opcode::RC_SEND_ONLY, RQ_PSN, true, none(), b"abc"));
+    let wcs = h.wcs();
+    assert_eq!(wcs.len(), 1);
+    let wc = wcs[0];
+    assert_eq!(
+        (
+            wc.wr_id,
+            wc.status,
+            wc.opcode,
+            wc.byte_len,
+            wc.qp_num,
+            wc.queue
+        ),
+        (
+            1,
+            WcStatus::Success,
+            WcOpcode::Recv,
+            3,
+            QPN,
+            WorkQueue::Recv
+        )
+    );
+    assert_eq!(&h.mem.bytes(k1).unwrap()[..3], b"abc");
+    assert_ack(&h.out()[0], RQ_PSN, ACK, 1);
+    assert_eq!(h.resp.posted_recvs(), 0);
+    assert_eq!(srq_ids(&mut h), [2]);
+}
+
+#[test]
+fn srq_multi_packet_send_takes_its_receive_at_the_first_packet() {
+    let mut h = H::with_srq(QpType::Rc, SrqInit::new(PD));
+    let k = h.recv(1, 1024);
+    h.recv(2, 1024);
+    let data = bytes(2 * MTU + 5, 1);
+    h.feed(&pkt(
+        Opcode::RC_SEND_FIRST,
+        RQ_PSN,
+        false,
+        none(),
+        &data[..MTU],
+    ));
+    assert_eq!(h.srq().len(), 1, "taken at the FIRST packet");
+    h.feed(&pkt(
+        Opcode::RC_SEND_MIDDLE,
+        RQ_PSN + 1,
+        false,
+        none(),
+        &data[MTU..2 * MTU],
+    ));
+    assert_eq!(h.srq().len(), 1);
+    h.feed(&pkt(
+        Opcode::RC_SEND_LAST,
+        RQ_PSN + 2,
+        true,
+        none(),
+        &data[2 * MTU..],
+    ));
+    let wc = h.wcs()[0];
+    assert_eq!((wc.wr_id, wc.byte_len), (1, data.len() as u32));
+    assert_eq!(&h.mem.bytes(k).unwrap()[..data.len()], &data[..]);
+    // A duplicate of the whole message takes nothing more.
+    h.feed(&pkt(
+        Opcode::RC_SEND_FIRST,
+        RQ_PSN,
+        false,
+        none(),
+        &data[..MTU],
+    ));
+    assert!(h.wcs().is_empty());
+    assert_eq!(srq_ids(&mut h), [2]);
+}
+
+#[test]
+fn srq_write_with_immediate_takes_its_receive_at_the_last_packet() {
+    let mut h = H::with_srq(QpType::Rc, SrqInit::new(PD));
+    let (k, va) = h.region(1024, 0, ALL);
+    let data = bytes(MTU + 4, 2);
+    let len = data.len() as u32;
+    h.feed(&pkt(
+        Opcode::RC_RDMA_WRITE_FIRST,
+        RQ_PSN,
+        false,
+        reth(va, k, len),
+        &data[..MTU],
+    ));
+    // The SRQ is empty at the LAST: RNR NAK names it.
+    h.feed(&pkt(
+        Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+        RQ_PSN + 1,
+        true,
+        imm(77),
+        &data[MTU..],
+    ));
+    assert_ack(
+        &h.out()[0],
+        RQ_PSN + 1,
+        Syndrome::RnrNak { timer: RNR_TIMER },
+        0,
+    );
+    h.recv(4, 0);
+    h.recv(5, 0);
+    h.feed(&pkt(
+        Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+        RQ_PSN + 1,
+        true,
+        imm(77),
+        &data[MTU..],
+    ));
+    let wc = h.wcs()[0];
+    assert_eq!(
+        (wc.wr_id, wc.opcode, wc.byte_len, wc.imm_data, wc.qp_num),
+        (4, WcOpcode::RecvRdmaWithImm, len, Some(77), QPN)
+    );
+    assert_eq!(&h.mem.bytes(k).unwrap()[..data.len()], &data[..]);
+    // A plain WRITE takes no receive.
+    h.feed(&pkt(
+        Opcode::RC_RDMA_WRITE_ONLY,
+        RQ_PSN + 2,
+        true,
+        reth(va, k, 4),
+        b"wxyz",
+    ));
+    assert!(h.wcs().is_empty());
+    assert_eq!(srq_ids(&mut h), [5]);
+}
+
+#[test]
+fn srq_uc_gap_gives_the_receive_back_to_the_front_of_the_srq() {
+    let mut h = H::with_srq(QpType::Uc, SrqInit::new(PD));
+    let k1 = h.recv(1, 1024);
+    h.recv(2, 1024);
+    let data = bytes(3 * MTU, 0);
+    h.feed(&pkt(
+        Opcode::UC_SEND_FIRST,
+        RQ_PSN,
+        false,
+        none(),
+        &data[..MTU],
+    ));
+    assert_eq!(h.srq().len(), 1);
+    // RQ_PSN + 1 (MIDDLE) lost: the receive goes back, in front of 2.
+    h.feed(&pkt(
+        Opcode::UC_SEND_LAST,
+        RQ_PSN + 2,
+        false,
+        none(),
+        &data[2 * MTU..],
+    ));
+    assert!(h.wcs().is_empty());
+    assert_eq!(h.srq().len(), 2);
+    h.feed(&pkt(
+        Opcode::UC_SEND_ONLY,
+        RQ_PSN + 3,
+        false,
+        none(),
+        b"next",
+    ));
+    let wc = h.wcs()[0];
+    assert_eq!((wc.wr_id, wc.byte_len, wc.qp_num), (1, 4, QPN));
+    assert_eq!(&h.mem.bytes(k1).unwrap()[..4], b"next");
+    assert_eq!(srq_ids(&mut h), [2]);
+    // Empty SRQ on UC: dropped, nothing taken, no NAK.
+    h.feed(&pkt(Opcode::UC_SEND_ONLY, RQ_PSN + 4, false, none(), b"x"));
+    assert!(h.wcs().is_empty());
+    assert_eq!(h.cnt.get(Counter::DropNoRecv), 1);
+    assert!(h.out().is_empty());
+}
+
+#[test]
+fn srq_ud_receive() {
+    let mut h = H::with_srq(QpType::Ud, SrqInit::new(PD));
+    h.feed(&pkt(Opcode::UD_SEND_ONLY, 1, false, deth(QKEY, 9), b"a"));
+    assert_eq!(h.cnt.get(Counter::DropNoRecv), 1);
+    let k = h.recv(3, 100);
+    h.feed(&pkt(
+        Opcode::UD_SEND_ONLY,
+        2,
+        false,
+        deth(QKEY, 9),
+        b"dgram",
+    ));
+    let wc = h.wcs()[0];
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.byte_len, wc.src_qp, wc.qp_num),
+        (3, WcStatus::Success, 45, 9, QPN)
+    );
+    assert_eq!(&h.mem.bytes(k).unwrap()[40..45], b"dgram");
+    assert!(h.srq().is_empty());
+}
+
+#[test]
+fn srq_limit_event_is_raised_once_through_the_qp() {
+    let mut h = H::with_srq(
+        QpType::Rc,
+        SrqInit {
+            srq_limit: 2,
+            ..SrqInit::new(PD)
+        },
+    );
+    for i in 0..4 {
+        h.recv(i, 16);
+    }
+    let mut psn = RQ_PSN;
+    let mut send = |h: &mut H| {
+        h.feed(&pkt(Opcode::RC_SEND_ONLY, psn, true, none(), b"m"));
+        psn += 1;
+    };
+    send(&mut h); // 3 left
+    send(&mut h); // 2 left: not below 2
+    assert_eq!(h.events(), [AsyncEvent::CommEstablished { qpn: QPN }]);
+    send(&mut h); // 1 left: below
+    assert_eq!(h.events(), [AsyncEvent::SrqLimitReached { srqn: SRQN }]);
+    assert_eq!(h.srq().attr().srq_limit, 0);
+    send(&mut h); // 0 left: disarmed, nothing
+    assert_eq!(h.events(), []);
+    assert_eq!(h.wcs().len(), 4);
+}
+
+#[test]
+fn srq_flush_completes_only_the_receive_taken_then_last_wqe_reached_once() {
+    let mut h = H::with_srq(QpType::Rc, SrqInit::new(PD));
+    h.recv(1, 1024);
+    h.recv(2, 1024);
+    h.recv(3, 1024);
+    let data = bytes(MTU, 0);
+    h.feed(&pkt(Opcode::RC_SEND_FIRST, RQ_PSN, false, none(), &data));
+    h.events();
+    h.c.config.enter_error();
+    h.resp.flush(&mut h.c);
+    let ids: Vec<_> = h
+        .wcs()
+        .iter()
+        .map(|w| (w.wr_id, w.status, w.opcode, w.qp_num, w.queue))
+        .collect();
+    assert_eq!(
+        ids,
+        [(
+            1,
+            WcStatus::WrFlushErr,
+            WcOpcode::Recv,
+            QPN,
+            WorkQueue::Recv
+        )]
+    );
+    assert_eq!(h.events(), [AsyncEvent::LastWqeReached { qpn: QPN }]);
+    // Another flush in the same ERR (a post in ERR asks for one): no repeat.
+    h.resp.flush(&mut h.c);
+    assert!(h.wcs().is_empty());
+    assert_eq!(h.events(), []);
+    // The SRQ keeps its receives for its other QPs.
+    assert_eq!(srq_ids(&mut h), [2, 3]);
+}
+
+#[test]
+fn srq_receive_error_is_fatal_and_reaches_the_last_wqe() {
+    let mut h = H::with_srq(QpType::Ud, SrqInit::new(PD));
+    h.recv(1, 44);
+    h.recv(2, 1000);
+    h.feed(&pkt(
+        Opcode::UD_SEND_ONLY,
+        1,
+        false,
+        deth(QKEY, 1),
+        b"abcde",
+    ));
+    let wcs: Vec<_> = h.wcs().iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(wcs, [(1, WcStatus::LocLenErr)]);
+    assert_eq!(h.c.state(), QpState::Error);
+    assert_eq!(
+        h.events(),
+        [
+            AsyncEvent::QpFatal { qpn: QPN },
+            AsyncEvent::LastWqeReached { qpn: QPN }
+        ]
+    );
+    assert_eq!(srq_ids(&mut h), [2]);
+}
+
+#[test]
+fn no_last_wqe_reached_without_an_srq() {
+    let mut h = H::new(QpType::Rc);
+    h.recv(1, 8);
+    h.c.config.enter_error();
+    h.resp.flush(&mut h.c);
+    assert_eq!(h.wcs().len(), 1);
+    assert_eq!(h.events(), []);
+}
+
+#[test]
+fn take_in_progress_recv_only_takes_a_send_in_progress() {
+    let mut h = H::with_srq(QpType::Rc, SrqInit::new(PD));
+    assert!(h.resp.take_in_progress_recv().is_none());
+    h.recv(1, 1024);
+    let data = bytes(MTU, 0);
+    h.feed(&pkt(Opcode::RC_SEND_FIRST, RQ_PSN, false, none(), &data));
+    assert_eq!(h.resp.take_in_progress_recv().map(|w| w.wr_id), Some(1));
+    assert!(h.resp.take_in_progress_recv().is_none());
+    // A WRITE in progress holds no receive and is left alone: it goes on.
+    let mut h = H::with_srq(QpType::Rc, SrqInit::new(PD));
+    let (k, va) = h.region(1024, 0, ALL);
+    h.feed(&pkt(
+        Opcode::RC_RDMA_WRITE_FIRST,
+        RQ_PSN,
+        false,
+        reth(va, k, 2 * MTU as u32),
+        &data,
+    ));
+    assert!(h.resp.take_in_progress_recv().is_none());
+    h.feed(&pkt(
+        Opcode::RC_RDMA_WRITE_LAST,
+        RQ_PSN + 1,
+        true,
+        none(),
+        &data,
+    ));
+    assert_eq!(&h.mem.bytes(k).unwrap()[MTU..2 * MTU], &data[..]);
+    assert_ack(h.out().last().unwrap(), RQ_PSN + 1, ACK, 1);
 }

@@ -208,6 +208,10 @@ pub struct WorkCompletion {
     pub pkey_index: u16,
     pub sl: u8,
     pub queue: WorkQueue,
+    /// Receive: the message's last packet asked for a solicited event
+    /// (BTH SE, IBTA 9.2.3), which wakes a CQ armed for solicited
+    /// completions only.
+    pub solicited: bool,
 }
 
 impl WorkCompletion {
@@ -232,6 +236,7 @@ impl WorkCompletion {
             pkey_index: 0,
             sl: 0,
             queue,
+            solicited: false,
         }
     }
 }
@@ -257,4 +262,8 @@ pub enum PostError {
     MessageTooLarge { len: u64, max: u64 },
     #[error("an atomic needs exactly one 8-byte SGE and an 8-byte aligned address")]
     BadAtomic,
+    #[error("no SRQ with number {0:#x}")]
+    NoSuchSrq(u32),
+    #[error("the QP takes its receives from an SRQ: post them there")]
+    QpHasSrq,
 }

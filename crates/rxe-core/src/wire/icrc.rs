@@ -160,6 +160,291 @@ pub fn fill(scope: &IcrcScope<'_>, transport_with_icrc: &mut [u8]) -> Option<u32
     Some(crc)
 }
 
+// ---------------------------------------------------------------------------
+// Solving for an unknown IPv4 Identification
+
+/// The CRC-32 polynomial, bit-reversed (the reflected form `crc32fast` uses).
+const POLY: u32 = 0xedb8_8320;
+
+/// Offset of the IPv4 Identification field in the IPv4 header.
+const IPV4_ID_AT: usize = 4;
+
+/// Bytes of the ICRC's input that follow the IPv4 Identification of a
+/// 20-byte IPv4 header: the rest of that header (14) and the UDP header (8).
+const AFTER_ID_IN_HEADERS: usize = 20 - IPV4_ID_AT - 2 + 8;
+
+/// The largest number of bytes after the Identification that the solver
+/// can undo: 2^UNSHIFT_POWERS - 1, more than any UDP datagram holds.
+const UNSHIFT_POWERS: usize = 17;
+
+/// A linear map over GF(2)^32 as its 32 columns: `m[j]` is the image of
+/// bit `j`.
+type Matrix = [u32; 32];
+
+/// One step of the (linear) CRC register for one input bit of 0, LSB-first.
+const fn bit_step(s: u32) -> u32 {
+    (s >> 1) ^ if s & 1 != 0 { POLY } else { 0 }
+}
+
+/// The inverse of `bit_step`. The step shifts right, so bit 31 of its
+/// result is 0 unless the polynomial was XORed in, which happens exactly
+/// when bit 0 of the input was 1 (POLY has bit 31 set).
+const fn bit_step_inv(s: u32) -> u32 {
+    if s & 0x8000_0000 != 0 {
+        ((s ^ POLY) << 1) | 1
+    } else {
+        s << 1
+    }
+}
+
+/// The register after feeding `bytes` into a register of 0 (no initial
+/// value, no final XOR: the linear part of the CRC).
+const fn linear_crc(bytes: &[u8]) -> u32 {
+    let mut s = 0u32;
+    let mut i = 0;
+    while i < bytes.len() {
+        s ^= bytes[i] as u32;
+        let mut k = 0;
+        while k < 8 {
+            s = bit_step(s);
+            k += 1;
+        }
+        i += 1;
+    }
+    s
+}
+
+const fn mat_apply_const(m: &Matrix, v: u32) -> u32 {
+    let mut r = 0;
+    let mut j = 0;
+    while j < 32 {
+        if (v >> j) & 1 != 0 {
+            r ^= m[j];
+        }
+        j += 1;
+    }
+    r
+}
+
+/// `m` applied to `v`, without branches on the data.
+#[inline]
+fn mat_apply(m: &Matrix, v: u32) -> u32 {
+    let mut r = 0;
+    for (j, col) in m.iter().enumerate() {
+        r ^= col & 0u32.wrapping_sub((v >> j) & 1);
+    }
+    r
+}
+
+/// `UNSHIFT[k]` undoes 2^k zero bytes: it is the inverse of the register
+/// step for one zero byte, raised to the power 2^k.
+const UNSHIFT: [Matrix; UNSHIFT_POWERS] = {
+    let mut out = [[0u32; 32]; UNSHIFT_POWERS];
+    let mut j = 0;
+    while j < 32 {
+        let mut s = 1u32 << j;
+        let mut k = 0;
+        while k < 8 {
+            s = bit_step_inv(s);
+            k += 1;
+        }
+        out[0][j] = s;
+        j += 1;
+    }
+    let mut p = 1;
+    while p < UNSHIFT_POWERS {
+        let mut j = 0;
+        while j < 32 {
+            out[p][j] = mat_apply_const(&out[p - 1], out[p - 1][j]);
+            j += 1;
+        }
+        p += 1;
+    }
+    out
+};
+
+/// The register right after the Identification when only bit `i` of the
+/// Identification is set (bit 15 = MSB of the first byte on the wire):
+/// the fixed injective map from the 16 ID bits into the 32-bit register.
+const ID_COLUMNS: [u32; 16] = {
+    let mut out = [0u32; 16];
+    let mut i = 0;
+    while i < 16 {
+        let x = 1u16 << i;
+        out[i] = linear_crc(&x.to_be_bytes());
+        i += 1;
+    }
+    out
+};
+
+/// A left inverse of `ID_COLUMNS`, found by Gauss-Jordan elimination at
+/// compile time: `ID_INVERSE[b]` is the ID contribution of register bit
+/// `b` (zero for the 16 bits that are not pivots). For `y` in the image,
+/// the ID is the XOR of `ID_INVERSE[b]` over the set bits `b` of `y`.
+const ID_INVERSE: [u16; 32] = {
+    let mut basis = ID_COLUMNS;
+    let mut combo = [0u16; 16];
+    let mut i = 0;
+    while i < 16 {
+        combo[i] = 1 << i;
+        i += 1;
+    }
+    let mut pivots = [0u32; 16];
+    let mut k = 0;
+    while k < 16 {
+        // Nonzero: the columns are independent (x -> x * 2^32 mod P is
+        // injective on polynomials of degree < 32), and row operations keep
+        // them so.
+        assert!(basis[k] != 0, "ID columns are dependent");
+        let p = basis[k].trailing_zeros();
+        pivots[k] = p;
+        let mut j = 0;
+        while j < 16 {
+            if j != k && (basis[j] >> p) & 1 != 0 {
+                basis[j] ^= basis[k];
+                combo[j] ^= combo[k];
+            }
+            j += 1;
+        }
+        k += 1;
+    }
+    let mut out = [0u16; 32];
+    let mut k = 0;
+    while k < 16 {
+        out[pivots[k] as usize] = combo[k];
+        k += 1;
+    }
+    out
+};
+
+/// The register difference, after undoing the shift, that the DF bit
+/// (byte 6 of the IPv4 header, the first byte after the Identification)
+/// contributes: the byte 0x40 fed in, then one zero byte undone.
+const DF_DELTA: u32 = mat_apply_const(&UNSHIFT[0], linear_crc(&[0x40]));
+
+/// Undoes `n` zero bytes of register steps: `Z^-n v`.
+fn unshift(mut v: u32, n: usize) -> Option<u32> {
+    if n >> UNSHIFT_POWERS != 0 {
+        return None;
+    }
+    for (k, m) in UNSHIFT.iter().enumerate() {
+        if (n >> k) & 1 != 0 {
+            v = mat_apply(m, v);
+        }
+    }
+    Some(v)
+}
+
+/// The ID whose contribution to the register (right after the ID) is `y`,
+/// if there is one: 16 of the 32 bits determine the ID, the other 16 must
+/// then agree.
+fn id_from_delta(y: u32) -> Option<u16> {
+    let mut id = 0u16;
+    for (b, inv) in ID_INVERSE.iter().enumerate() {
+        id ^= inv & 0u16.wrapping_sub(((y >> b) & 1) as u16);
+    }
+    let mut back = 0u32;
+    for (i, col) in ID_COLUMNS.iter().enumerate() {
+        back ^= col & 0u32.wrapping_sub(u32::from((id >> i) & 1));
+    }
+    (back == y).then_some(id)
+}
+
+/// The register difference between the ICRC carried and the ICRC with ID 0,
+/// moved back to just after the Identification. `None` for a header other
+/// than a 20-byte IPv4 one, or a transport shorter than BTH + ICRC.
+fn id_delta(ip_header: &[u8; 20], udp_header: &[u8; 8], transport_with_icrc: &[u8]) -> Option<u32> {
+    if ip_header[0] != 0x45 {
+        return None;
+    }
+    let n = transport_with_icrc.len().checked_sub(ICRC_LEN)?;
+    let mut ip = *ip_header;
+    ip[IPV4_ID_AT] = 0;
+    ip[IPV4_ID_AT + 1] = 0;
+    let scope = IcrcScope::RoceV2 {
+        ip_header: &ip,
+        udp_header,
+    };
+    let with_zero_id = compute(&scope, &transport_with_icrc[..n])?;
+    let carried = carried(transport_with_icrc)?;
+    // CRC-32 is affine over GF(2): for inputs of equal length, the init
+    // value and final XOR cancel, so ICRC(id) ^ ICRC(0) is the linear CRC
+    // of the ID bits followed by `after` zero bytes.
+    let after = AFTER_ID_IN_HEADERS.checked_add(n)?;
+    unshift(carried ^ with_zero_id, after)
+}
+
+/// Finds the IPv4 Identification that makes the ICRC carried at the end of
+/// `transport_with_icrc` (BTH .. ICRC) correct, for a packet received from a
+/// UDP socket, which hands over the payload but never the IPv4 header
+/// (DESIGN.md, wire facts). `ip_header` is the 20-byte IPv4 header as the
+/// receiver reconstructs it (version/IHL 0x45, total length, flags, protocol,
+/// addresses; TOS, TTL and checksum are masked, and the Identification bytes
+/// are ignored). Returns the unique ID, or `None` when no ID makes the ICRC
+/// correct (or the header is not a 20-byte IPv4 header, or the transport is
+/// shorter than an ICRC).
+///
+/// # Strength
+///
+/// Solving for 16 unknown bits uses up 16 of the ICRC's 32 check bits: a
+/// random corruption passes with probability 2^-16, not 2^-32. Single-bit
+/// errors: a flip of the bit at offset `j` after the end of the
+/// Identification (counting bytes in wire order and bits LSB first, as the
+/// CRC consumes them, the ICRC's own bytes included) goes unnoticed iff the
+/// flip's register difference, moved back to the ID, is some ID's; that
+/// depends on `j` only, and for `j < 8 * 65557` (any UDP datagram) it
+/// happens exactly at `j` in {214134, 227786, 290142, 290143, 304016}
+/// (tested). The first is 26766 bytes after the ID, so every single-bit
+/// error is detected in any packet whose transport (BTH .. ICRC) is at most
+/// 26744 bytes, which covers every RoCE packet (path MTU at most 4096).
+/// Flips in the header bytes before the ID (total length) are all detected.
+///
+/// # Cost
+///
+/// One ICRC over the packet (with ID 0), then at most 17 32x32 GF(2)
+/// matrix-vector products (one per set bit of the byte count after the ID,
+/// undoing the CRC's shift with precomputed powers of the inverse zero-byte
+/// step), then a 32->16 map and a 16->32 check: no loop over candidate IDs.
+pub fn solve_ipv4_id(
+    ip_header: &[u8; 20],
+    udp_header: &[u8; 8],
+    transport_with_icrc: &[u8],
+) -> Option<u16> {
+    id_from_delta(id_delta(ip_header, udp_header, transport_with_icrc)?)
+}
+
+/// What [`solve_ipv4_id_any_df`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ipv4IdSolution {
+    pub id: u16,
+    /// Whether the DF bit was as `ip_header` had it; `false` means the
+    /// sender sent it the other way.
+    pub df_as_given: bool,
+}
+
+/// As [`solve_ipv4_id`], for a sender whose DF bit is unknown too (a UDP
+/// socket does not report it): tries the DF bit as `ip_header` has it, then
+/// flipped, for the cost of one ICRC. Every capture of kernel rxe and of the
+/// NICs we have seen sets DF; accepting either value leaves 15 check bits
+/// (a random corruption passes with probability 2^-15).
+pub fn solve_ipv4_id_any_df(
+    ip_header: &[u8; 20],
+    udp_header: &[u8; 8],
+    transport_with_icrc: &[u8],
+) -> Option<Ipv4IdSolution> {
+    let y = id_delta(ip_header, udp_header, transport_with_icrc)?;
+    if let Some(id) = id_from_delta(y) {
+        return Some(Ipv4IdSolution {
+            id,
+            df_as_given: true,
+        });
+    }
+    id_from_delta(y ^ DF_DELTA).map(|id| Ipv4IdSolution {
+        id,
+        df_as_given: false,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -285,5 +570,217 @@ mod tests {
         let mut dlid = lrh;
         dlid[3] = 0x09;
         assert_ne!(compute(&IcrcScope::IbLocal { lrh: &dlid }, &t), Some(base));
+    }
+
+    // -- solve_ipv4_id ------------------------------------------------------
+
+    use proptest::prelude::*;
+
+    /// A RoCEv2/IPv4 packet as (IPv4 header, UDP header, transport with
+    /// ICRC), its ICRC filled for `id`.
+    fn ipv4_packet(id: u16, header_seed: &[u8; 20], udp: [u8; 8], transport: &[u8]) -> Vec<u8> {
+        let mut ip = *header_seed;
+        ip[0] = 0x45;
+        ip[4..6].copy_from_slice(&id.to_be_bytes());
+        let mut b = Vec::with_capacity(28 + transport.len() + 4);
+        b.extend_from_slice(&ip);
+        b.extend_from_slice(&udp);
+        b.extend_from_slice(transport);
+        b.extend_from_slice(&[0; 4]);
+        let (h, t) = b.split_at_mut(28);
+        let scope = IcrcScope::RoceV2 {
+            ip_header: &h[..20],
+            udp_header: &h[20..],
+        };
+        fill(&scope, t).unwrap();
+        b
+    }
+
+    fn solve(b: &[u8]) -> Option<u16> {
+        let ip: &[u8; 20] = b[..20].try_into().unwrap();
+        let udp: &[u8; 8] = b[20..28].try_into().unwrap();
+        solve_ipv4_id(ip, udp, &b[28..])
+    }
+
+    #[test]
+    fn kernel_rxe_ack_id_is_found() {
+        let mut b = hex(ACK);
+        assert_eq!(solve(&b), Some(0x5e4d));
+        // The ID bytes given are ignored.
+        b[4] = 0x12;
+        b[5] = 0x34;
+        assert_eq!(solve(&b), Some(0x5e4d));
+    }
+
+    #[test]
+    fn id_columns_have_full_rank_and_the_inverse_inverts() {
+        for i in 0..16 {
+            assert_eq!(id_from_delta(ID_COLUMNS[i]), Some(1 << i));
+        }
+        assert_eq!(id_from_delta(0), Some(0));
+        for x in [0x0001u16, 0x8000, 0xffff, 0x5e4d, 0x1234] {
+            assert_eq!(id_from_delta(linear_crc(&x.to_be_bytes())), Some(x));
+        }
+    }
+
+    #[test]
+    fn unshift_undoes_zero_bytes() {
+        let v = 0xdead_beefu32;
+        for n in [0usize, 1, 2, 3, 7, 100, 1500, 4200, 65557, (1 << 17) - 1] {
+            let mut s = v;
+            for _ in 0..n {
+                s = linear_crc_from(s, &[0]);
+            }
+            assert_eq!(unshift(s, n), Some(v), "n = {n}");
+        }
+        assert_eq!(unshift(v, 1 << 17), None);
+    }
+
+    /// The linear register after feeding `bytes` into `s`.
+    fn linear_crc_from(mut s: u32, bytes: &[u8]) -> u32 {
+        for &b in bytes {
+            s ^= u32::from(b);
+            for _ in 0..8 {
+                s = bit_step(s);
+            }
+        }
+        s
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn the_solver_finds_exactly_the_id(
+            id in any::<u16>(),
+            seed in any::<[u8; 20]>(),
+            udp in any::<[u8; 8]>(),
+            transport in proptest::collection::vec(any::<u8>(), 12..2100),
+            given in any::<u16>(),
+        ) {
+            let mut b = ipv4_packet(id, &seed, udp, &transport);
+            b[4..6].copy_from_slice(&given.to_be_bytes());
+            prop_assert_eq!(solve(&b), Some(id));
+            let ip: &[u8; 20] = b[..20].try_into().unwrap();
+            let u: &[u8; 8] = b[20..28].try_into().unwrap();
+            // The DF-agnostic solver agrees, with DF as given...
+            prop_assert_eq!(
+                solve_ipv4_id_any_df(ip, u, &b[28..]),
+                Some(Ipv4IdSolution { id, df_as_given: true })
+            );
+            // ...and finds the ID when the receiver guessed DF wrong.
+            let mut wrong_df = *ip;
+            wrong_df[6] ^= 0x40;
+            let s = solve_ipv4_id_any_df(&wrong_df, u, &b[28..]);
+            prop_assert_eq!(s, Some(Ipv4IdSolution { id, df_as_given: false }));
+        }
+
+        #[test]
+        fn masked_fields_do_not_matter_to_the_solver(
+            id in any::<u16>(),
+            seed in any::<[u8; 20]>(),
+            transport in proptest::collection::vec(any::<u8>(), 12..300),
+            tos in any::<u8>(), ttl in any::<u8>(), csum in any::<u16>(),
+            udp_csum in any::<u16>(), fecn_byte in any::<u8>(),
+        ) {
+            let udp = [0xc0, 0x01, 0x12, 0xb7, 0, 0, 0, 0];
+            let mut b = ipv4_packet(id, &seed, udp, &transport);
+            b[1] = tos;
+            b[8] = ttl;
+            b[10..12].copy_from_slice(&csum.to_be_bytes());
+            b[26..28].copy_from_slice(&udp_csum.to_be_bytes());
+            b[28 + 4] = fecn_byte;
+            prop_assert_eq!(solve(&b), Some(id));
+        }
+    }
+
+    /// Which bytes of a 20-byte IPv4 header, UDP header and transport the
+    /// ICRC masks (and the ID, which the solver finds).
+    fn masked_or_id(at: usize) -> bool {
+        matches!(at, 1 | 4 | 5 | 8 | 10 | 11 | 26 | 27 | 32)
+    }
+
+    #[test]
+    fn every_single_bit_flip_outside_the_id_is_rejected() {
+        // A 1024-byte RC SEND ONLY-sized packet (BTH + 1024 + ICRC), with
+        // a kernel-rxe-like nonzero ID.
+        let mut t = vec![0u8; 12 + 1024];
+        t[0] = 0x04; // RC SEND ONLY
+        t[2] = 0xff;
+        t[3] = 0xff;
+        for (i, v) in t.iter_mut().enumerate().skip(12) {
+            *v = (i * 7 + 3) as u8;
+        }
+        let ip = [
+            0x45u8, 0, 0x04, 0x3c, 0, 0, 0x40, 0, 0x40, 0x11, 0, 0, 10, 99, 0, 3, 10, 99, 0, 2,
+        ];
+        let udp = [0xc1, 0x65, 0x12, 0xb7, 0x04, 0x28, 0, 0];
+        let b = ipv4_packet(0xaf62, &ip, udp, &t);
+        assert_eq!(solve(&b), Some(0xaf62));
+        let mut rejected = 0;
+        for at in 0..b.len() {
+            for bit in 0..8 {
+                let mut c = b.clone();
+                c[at] ^= 1 << bit;
+                let got = solve(&c);
+                if masked_or_id(at) {
+                    // The ID bytes given are ignored, masked ones change nothing.
+                    assert_eq!(got, Some(0xaf62), "byte {at} bit {bit}");
+                } else {
+                    assert_eq!(got, None, "byte {at} bit {bit} not detected");
+                    rejected += 1;
+                }
+            }
+        }
+        // Everything but 9 bytes: the ICRC too.
+        assert_eq!(rejected, (b.len() - 9) * 8);
+    }
+
+    /// The exact set of single-bit error offsets (after the ID, LSB-first)
+    /// that the solver cannot see, over every offset a UDP datagram has.
+    /// The register difference of a flip `j` bits after the ID, moved back
+    /// to the ID, is the inverse bit step applied `j` times to bit 0.
+    #[test]
+    fn blind_single_bit_offsets_are_beyond_any_roce_packet() {
+        let mut v = 1u32;
+        let mut blind = Vec::new();
+        for j in 0..8 * (65535 + 22) {
+            if id_from_delta(v).is_some() {
+                blind.push(j);
+            }
+            v = bit_step_inv(v);
+        }
+        assert_eq!(blind, [214134, 227786, 290142, 290143, 304016]);
+    }
+
+    #[test]
+    fn a_blind_offset_is_really_blind() {
+        // 214134 = 8 * 26766 + 6: byte 26766 after the ID, bit 6; the
+        // transport starts 22 bytes after the ID.
+        let t: Vec<u8> = (0..30_000u32).map(|i| (i * 13 + 1) as u8).collect();
+        let ip = [
+            0x45u8, 0, 0, 0, 0, 0, 0x40, 0, 0x40, 0x11, 0, 0, 127, 0, 0, 1, 127, 0, 0, 2,
+        ];
+        let b = ipv4_packet(0x1234, &ip, [0x12, 0xb7, 0x12, 0xb7, 0, 0, 0, 0], &t);
+        assert_eq!(solve(&b), Some(0x1234));
+        let mut c = b.clone();
+        c[28 + 26766 - 22] ^= 1 << 6;
+        let got = solve(&c);
+        assert!(matches!(got, Some(id) if id != 0x1234), "{got:?}");
+        // One bit earlier is seen.
+        let mut c = b.clone();
+        c[28 + 26766 - 22] ^= 1 << 5;
+        assert_eq!(solve(&c), None);
+    }
+
+    #[test]
+    fn solver_refuses_what_it_cannot_solve_without_panicking() {
+        let ip = [0x46u8; 20];
+        assert_eq!(solve_ipv4_id(&ip, &[0; 8], &[0; 16]), None);
+        let mut ip = [0u8; 20];
+        ip[0] = 0x45;
+        assert_eq!(solve_ipv4_id(&ip, &[0; 8], &[0; 15]), None);
+        assert_eq!(solve_ipv4_id(&ip, &[0; 8], &[]), None);
+        assert_eq!(solve_ipv4_id_any_df(&ip, &[0; 8], &[0; 3]), None);
     }
 }

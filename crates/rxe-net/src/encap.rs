@@ -1,0 +1,578 @@
+//! RoCEv2 encapsulation as a UDP socket sees it: the kernel writes and
+//! strips the IP and UDP headers, yet the ICRC covers them (RoCEv2 Annex
+//! A17.3.3; DESIGN.md, wire facts). So on send the ICRC is computed over
+//! the headers exactly as the kernel will write them, and on receive the
+//! headers are rebuilt from what the socket reports (addresses, ports,
+//! length, TTL and TOS) before the ICRC is checked:
+//!
+//! - IPv4 send: version/IHL 0x45, total length, Identification 0 and DF
+//!   (what an unconnected socket with `IP_PMTUDISC_DO` writes), protocol 17;
+//!   TOS, TTL and header checksum are masked by the ICRC.
+//! - IPv4 receive: the socket never reports the Identification, and senders
+//!   fill it in differently (kernel rxe: a running counter), so the ICRC is
+//!   checked by solving for it (`icrc::solve_ipv4_id`): 16 of the 32 check
+//!   bits remain. DF is assumed set (every RoCEv2 capture we have sets it),
+//!   unless the port is told the peer may clear it; IP options are assumed
+//!   absent (a socket does not report them either).
+//! - IPv6: no unknown covered field; the ICRC is fully checked. The flow
+//!   label, traffic class and hop limit are masked.
+//!
+//! The UDP source port is the socket's (4791); receivers accept any.
+
+use std::net::{IpAddr, SocketAddr};
+
+use rxe_core::transport::RecvMeta;
+use rxe_core::wire::bth;
+use rxe_core::wire::icrc::{self, IcrcScope, ICRC_LEN};
+
+use crate::counters::NetCounter;
+use crate::netif::gid_of;
+
+/// The shortest RoCEv2 UDP payload: a BTH and an ICRC.
+pub const MIN_PACKET: usize = bth::HEADER_LEN + ICRC_LEN;
+
+/// The TTL an IPv4 header is rebuilt with when the socket did not report
+/// it (Linux's default, `net.ipv4.ip_default_ttl`); masked by the ICRC.
+pub const DEFAULT_HOP_LIMIT: u8 = 64;
+
+/// Why a packet could not be encapsulated or was dropped on receive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum EncapError {
+    #[error("{len} bytes: a RoCEv2 packet has at least {MIN_PACKET} (BTH and ICRC)")]
+    TooShort { len: usize },
+    #[error("{len} bytes do not fit in one IP datagram")]
+    TooLong { len: usize },
+    #[error("source {src} and destination {dst} are of different IP versions")]
+    FamilyMismatch { src: IpAddr, dst: IpAddr },
+    #[error("the ICRC does not verify")]
+    BadIcrc,
+}
+
+impl EncapError {
+    /// The counter a received packet dropped for this reason goes to.
+    pub fn rx_counter(self) -> NetCounter {
+        match self {
+            EncapError::TooShort { .. } => NetCounter::RcvdTooShort,
+            EncapError::TooLong { .. } => NetCounter::RcvdTruncated,
+            EncapError::FamilyMismatch { .. } => NetCounter::RcvdNoAddress,
+            EncapError::BadIcrc => NetCounter::RcvdBadIcrc,
+        }
+    }
+}
+
+/// The IP fields that the ICRC masks or that the socket chooses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeaderFields {
+    /// IPv4 TTL or IPv6 hop limit.
+    pub hop_limit: u8,
+    /// IPv4 TOS or IPv6 traffic class.
+    pub traffic_class: u8,
+    /// IPv6 flow label (20 bits).
+    pub flow_label: u32,
+    /// IPv4 Identification.
+    pub ipv4_id: u16,
+    /// IPv4 DF.
+    pub dont_fragment: bool,
+}
+
+impl Default for HeaderFields {
+    /// What an unconnected Linux socket with DF writes by default.
+    fn default() -> Self {
+        HeaderFields {
+            hop_limit: DEFAULT_HOP_LIMIT,
+            traffic_class: 0,
+            flow_label: 0,
+            ipv4_id: 0,
+            dont_fragment: true,
+        }
+    }
+}
+
+/// The IP and UDP headers of one RoCEv2 datagram as they are on the wire
+/// (UDP checksum 0 unless `set_udp_checksum` is called).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WireHeaders {
+    ip: [u8; 40],
+    ip_len: usize,
+    udp: [u8; 8],
+}
+
+/// The Internet checksum (RFC 1071) of `parts`, as if concatenated; each
+/// part but the last must have even length.
+fn internet_checksum(parts: &[&[u8]]) -> u16 {
+    let mut sum: u64 = 0;
+    for p in parts {
+        let mut chunks = p.chunks_exact(2);
+        for w in &mut chunks {
+            sum += u64::from(u16::from_be_bytes([w[0], w[1]]));
+        }
+        if let [last] = chunks.remainder() {
+            sum += u64::from(*last) << 8;
+        }
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+impl WireHeaders {
+    /// The headers of a datagram from `src` to `dst` carrying
+    /// `payload_len` bytes of UDP payload.
+    pub fn new(
+        src: SocketAddr,
+        dst: SocketAddr,
+        payload_len: usize,
+        f: &HeaderFields,
+    ) -> Result<WireHeaders, EncapError> {
+        let too_long = EncapError::TooLong { len: payload_len };
+        let udp_len = u16::try_from(payload_len.checked_add(8).ok_or(too_long)?).map_err(|_| too_long)?;
+        let mut ip = [0u8; 40];
+        let ip_len = match (src.ip(), dst.ip()) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => {
+                let total = u16::try_from(usize::from(udp_len) + 20).map_err(|_| too_long)?;
+                ip[0] = 0x45;
+                ip[1] = f.traffic_class;
+                ip[2..4].copy_from_slice(&total.to_be_bytes());
+                ip[4..6].copy_from_slice(&f.ipv4_id.to_be_bytes());
+                ip[6] = if f.dont_fragment { 0x40 } else { 0 };
+                ip[8] = f.hop_limit;
+                ip[9] = 17; // UDP
+                ip[12..16].copy_from_slice(&s.octets());
+                ip[16..20].copy_from_slice(&d.octets());
+                let c = internet_checksum(&[&ip[..20]]);
+                ip[10..12].copy_from_slice(&c.to_be_bytes());
+                20
+            }
+            (IpAddr::V6(s), IpAddr::V6(d)) => {
+                let first = (6u32 << 28)
+                    | (u32::from(f.traffic_class) << 20)
+                    | (f.flow_label & 0xf_ffff);
+                ip[..4].copy_from_slice(&first.to_be_bytes());
+                ip[4..6].copy_from_slice(&udp_len.to_be_bytes());
+                ip[6] = 17; // UDP
+                ip[7] = f.hop_limit;
+                ip[8..24].copy_from_slice(&s.octets());
+                ip[24..40].copy_from_slice(&d.octets());
+                40
+            }
+            (s, d) => return Err(EncapError::FamilyMismatch { src: s, dst: d }),
+        };
+        let mut udp = [0u8; 8];
+        udp[..2].copy_from_slice(&src.port().to_be_bytes());
+        udp[2..4].copy_from_slice(&dst.port().to_be_bytes());
+        udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
+        Ok(WireHeaders { ip, ip_len, udp })
+    }
+
+    /// The headers the kernel will write for a datagram sent from an
+    /// unconnected RoCE socket (see the module doc).
+    pub fn outgoing(
+        src: SocketAddr,
+        dst: SocketAddr,
+        payload_len: usize,
+        hop_limit: u8,
+        traffic_class: u8,
+    ) -> Result<WireHeaders, EncapError> {
+        let f = HeaderFields {
+            hop_limit,
+            traffic_class,
+            ..HeaderFields::default()
+        };
+        WireHeaders::new(src, dst, payload_len, &f)
+    }
+
+    /// The IPv4 (20 bytes) or IPv6 (40 bytes) header.
+    pub fn ip_header(&self) -> &[u8] {
+        &self.ip[..self.ip_len]
+    }
+
+    pub fn udp_header(&self) -> &[u8; 8] {
+        &self.udp
+    }
+
+    pub fn is_ipv4(&self) -> bool {
+        self.ip_len == 20
+    }
+
+    /// Bytes of IP and UDP header.
+    pub fn len(&self) -> usize {
+        self.ip_len + 8
+    }
+
+    /// Never: there is always an IP and a UDP header.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    pub fn icrc_scope(&self) -> IcrcScope<'_> {
+        IcrcScope::RoceV2 {
+            ip_header: self.ip_header(),
+            udp_header: &self.udp,
+        }
+    }
+
+    /// The 40 bytes a UD receive buffer starts with: for IPv4 20 zero
+    /// bytes then the IPv4 header, for IPv6 the IPv6 header (RoCEv2 Annex
+    /// A17.4.5.1, unchecked section number).
+    pub fn grh_space(&self) -> [u8; 40] {
+        let mut g = [0u8; 40];
+        if self.is_ipv4() {
+            g[20..].copy_from_slice(&self.ip[..20]);
+        } else {
+            g.copy_from_slice(&self.ip);
+        }
+        g
+    }
+
+    /// Writes the UDP checksum over `payload` (the tap uses it for IPv6,
+    /// where the kernel computes one). An all-zero result is sent as 0xFFFF
+    /// (RFC 768).
+    pub fn set_udp_checksum(&mut self, payload: &[u8]) {
+        self.udp[6] = 0;
+        self.udp[7] = 0;
+        let len = [self.udp[4], self.udp[5]];
+        let c = if self.is_ipv4() {
+            // Pseudo-header: addresses, zero, protocol, UDP length (RFC 768).
+            internet_checksum(&[&self.ip[12..20], &[0, 17], &len, &self.udp, payload])
+        } else {
+            // Pseudo-header: addresses, 32-bit length, three zero bytes,
+            // next header (RFC 8200 section 8.1).
+            let tail = [0, 0, len[0], len[1], 0, 0, 0, 17];
+            internet_checksum(&[&self.ip[8..40], &tail, &self.udp, payload])
+        };
+        let c = if c == 0 { 0xffff } else { c };
+        self.udp[6..8].copy_from_slice(&c.to_be_bytes());
+    }
+}
+
+/// Fills the ICRC at the end of `packet` (BTH .. pad, then 4 bytes for the
+/// ICRC) for the headers `h`; returns it.
+pub fn seal(h: &WireHeaders, packet: &mut [u8]) -> Result<u32, EncapError> {
+    if packet.len() < MIN_PACKET {
+        return Err(EncapError::TooShort { len: packet.len() });
+    }
+    icrc::fill(&h.icrc_scope(), packet).ok_or(EncapError::TooShort { len: packet.len() })
+}
+
+/// What the socket told about a received datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecvInfo {
+    pub src: SocketAddr,
+    /// The local address (the socket's).
+    pub dst: SocketAddr,
+    pub hop_limit: Option<u8>,
+    pub traffic_class: Option<u8>,
+}
+
+/// How strictly received packets are checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OpenOptions {
+    /// Accept IPv4 packets whose sender may have cleared DF: the ICRC is then
+    /// solved for DF too, leaving 15 check bits instead of 16.
+    pub ipv4_df_unknown: bool,
+}
+
+/// A received packet that passed its ICRC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Opened<'a> {
+    /// BTH .. ICRC, for `Endpoint::handle`.
+    pub packet: &'a [u8],
+    pub meta: RecvMeta,
+    /// The headers as rebuilt (IPv4: with the solved Identification).
+    pub headers: WireHeaders,
+    /// IPv4 only: the sender had DF clear.
+    pub ipv4_df_clear: bool,
+}
+
+/// Checks a received UDP payload and rebuilds what the engine and the UD
+/// GRH space need (see the module doc).
+pub fn open<'a>(payload: &'a [u8], info: &RecvInfo, opts: OpenOptions) -> Result<Opened<'a>, EncapError> {
+    if payload.len() < MIN_PACKET {
+        return Err(EncapError::TooShort { len: payload.len() });
+    }
+    let mut f = HeaderFields {
+        hop_limit: info.hop_limit.unwrap_or(DEFAULT_HOP_LIMIT),
+        traffic_class: info.traffic_class.unwrap_or(0),
+        ..HeaderFields::default()
+    };
+    let mut headers = WireHeaders::new(info.src, info.dst, payload.len(), &f)?;
+    let mut ipv4_df_clear = false;
+    if headers.is_ipv4() {
+        let ip: &[u8; 20] = headers.ip[..20].try_into().map_err(|_| EncapError::BadIcrc)?;
+        let (id, df) = if opts.ipv4_df_unknown {
+            let s = icrc::solve_ipv4_id_any_df(ip, &headers.udp, payload).ok_or(EncapError::BadIcrc)?;
+            (s.id, s.df_as_given)
+        } else {
+            (icrc::solve_ipv4_id(ip, &headers.udp, payload).ok_or(EncapError::BadIcrc)?, true)
+        };
+        f.ipv4_id = id;
+        f.dont_fragment = df;
+        ipv4_df_clear = !df;
+        headers = WireHeaders::new(info.src, info.dst, payload.len(), &f)?;
+    } else {
+        icrc::verify(&headers.icrc_scope(), payload).map_err(|_| EncapError::BadIcrc)?;
+    }
+    let meta = RecvMeta {
+        sgid: gid_of(info.src.ip()),
+        dgid: gid_of(info.dst.ip()),
+        grh: headers.grh_space(),
+    };
+    Ok(Opened {
+        packet: payload,
+        meta,
+        headers,
+        ipv4_df_clear,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use rxe_core::wire::build::{emit_roce_v2, RoceV2Ip};
+    use rxe_core::wire::{BthRepr, ExtReprs, Opcode, TransportRepr};
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    fn sa(ip: IpAddr, port: u16) -> SocketAddr {
+        SocketAddr::new(ip, port)
+    }
+
+    fn v4(a: u8, b: u8, c: u8, d: u8) -> IpAddr {
+        IpAddr::V4(Ipv4Addr::new(a, b, c, d))
+    }
+
+    fn hex(s: &str) -> Vec<u8> {
+        let s: String = s.split_whitespace().collect();
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    fn send_only(payload: &[u8]) -> Vec<u8> {
+        let bth = BthRepr {
+            opcode: Opcode::RC_SEND_ONLY,
+            solicited: false,
+            mig_req: false,
+            pad_count: 0,
+            pkey: 0xffff,
+            fecn: false,
+            becn: false,
+            dest_qp: 0x15,
+            ack_req: true,
+            psn: 77,
+        };
+        let t = TransportRepr::new(bth, ExtReprs::default(), payload.len());
+        let mut buf = vec![0; t.buffer_len().unwrap()];
+        t.emit(&mut buf, payload).unwrap();
+        buf
+    }
+
+    fn ipv4_checksum_ok(h: &[u8]) -> bool {
+        internet_checksum(&[h]) == 0
+    }
+
+    #[test]
+    fn sealed_ipv4_matches_the_wire_builder_and_opens() {
+        let (a, b) = (v4(127, 0, 0, 1), v4(127, 0, 0, 2));
+        let mut p = send_only(b"hello, rdma");
+        let h = WireHeaders::outgoing(sa(a, 4791), sa(b, 4791), p.len(), 64, 0).unwrap();
+        assert!(ipv4_checksum_ok(h.ip_header()));
+        let crc = seal(&h, &mut p).unwrap();
+        // rxe-core's frame builder writes the same headers (ID 0, DF, TTL 64).
+        let ip = RoceV2Ip::new(a, b, 4791);
+        let mut frame = vec![0; 28 + p.len()];
+        let bth = rxe_core::wire::TransportRepr::parse(&p).unwrap().repr;
+        emit_roce_v2(&ip, &bth, b"hello, rdma", &mut frame).unwrap();
+        assert_eq!(&frame[..20], h.ip_header());
+        assert_eq!(&frame[20..28], h.udp_header());
+        assert_eq!(&frame[28..], &p[..]);
+        assert_eq!(icrc::carried(&p), Some(crc));
+
+        let info = RecvInfo {
+            src: sa(a, 4791),
+            dst: sa(b, 4791),
+            hop_limit: Some(61),
+            traffic_class: Some(0x02),
+        };
+        let o = open(&p, &info, OpenOptions::default()).unwrap();
+        assert_eq!(o.packet, &p[..]);
+        assert_eq!(o.meta.sgid, gid_of(a));
+        assert_eq!(o.meta.dgid, gid_of(b));
+        assert_eq!(&o.meta.grh[..20], &[0; 20]);
+        let g = &o.meta.grh[20..];
+        assert_eq!(&g[4..6], &[0, 0], "solved ID 0");
+        assert_eq!(g[8], 61);
+        assert_eq!(g[1], 0x02);
+        assert!(ipv4_checksum_ok(g));
+        assert!(!o.ipv4_df_clear);
+    }
+
+    /// Frame 5 of captures/rc_pingpong.pcap without Ethernet: an ACK that
+    /// kernel rxe sent with IPv4 ID 0x5e4d, from UDP port 0xc165.
+    const ACK: &str = "450000305e4d40004011c7a50a6300020a630003c16512b7001c0000\
+                       1100ffff000000110063c9c81f0000017b930808";
+
+    #[test]
+    fn kernel_rxe_packet_opens_and_its_header_is_rebuilt_exactly() {
+        let b = hex(ACK);
+        let info = RecvInfo {
+            src: sa(v4(10, 99, 0, 2), 0xc165),
+            dst: sa(v4(10, 99, 0, 3), 4791),
+            hop_limit: Some(64),
+            traffic_class: Some(0),
+        };
+        let o = open(&b[28..], &info, OpenOptions::default()).unwrap();
+        assert_eq!(o.headers.ip_header(), &b[..20]);
+        assert_eq!(&o.meta.grh[20..], &b[..20]);
+        // Corrupt one payload bit: dropped as bad ICRC.
+        let mut c = b.clone();
+        c[40] ^= 0x10;
+        assert_eq!(
+            open(&c[28..], &info, OpenOptions::default()),
+            Err(EncapError::BadIcrc)
+        );
+        // Another source port is another UDP header: the ICRC covers it.
+        let other = RecvInfo {
+            src: sa(v4(10, 99, 0, 2), 0xc166),
+            ..info
+        };
+        assert_eq!(
+            open(&b[28..], &other, OpenOptions::default()),
+            Err(EncapError::BadIcrc)
+        );
+    }
+
+    #[test]
+    fn df_clear_senders_need_the_option() {
+        let (a, b) = (v4(127, 0, 0, 1), v4(127, 0, 0, 2));
+        let mut p = send_only(&[1, 2, 3, 4]);
+        let f = HeaderFields {
+            dont_fragment: false,
+            ipv4_id: 0x4242,
+            ..HeaderFields::default()
+        };
+        let h = WireHeaders::new(sa(a, 4791), sa(b, 4791), p.len(), &f).unwrap();
+        seal(&h, &mut p).unwrap();
+        let info = RecvInfo {
+            src: sa(a, 4791),
+            dst: sa(b, 4791),
+            hop_limit: None,
+            traffic_class: None,
+        };
+        assert_eq!(open(&p, &info, OpenOptions::default()), Err(EncapError::BadIcrc));
+        let o = open(
+            &p,
+            &info,
+            OpenOptions {
+                ipv4_df_unknown: true,
+            },
+        )
+        .unwrap();
+        assert!(o.ipv4_df_clear);
+        assert_eq!(o.headers, h);
+    }
+
+    #[test]
+    fn ipv6_is_fully_checked() {
+        let a = IpAddr::V6(Ipv6Addr::LOCALHOST);
+        let b: IpAddr = "fd00::2".parse().unwrap();
+        let mut p = send_only(&[9; 100]);
+        let h = WireHeaders::outgoing(sa(a, 4791), sa(b, 4791), p.len(), 5, 0x20).unwrap();
+        seal(&h, &mut p).unwrap();
+        // The builder in rxe-core agrees (checksum 0 there, masked anyway).
+        let mut ip = RoceV2Ip::new(a, b, 4791);
+        ip.hop_limit = 5;
+        ip.traffic_class = 0x20;
+        let mut frame = vec![0; 48 + p.len()];
+        let t = TransportRepr::parse(&p).unwrap().repr;
+        emit_roce_v2(&ip, &t, &[9; 100], &mut frame).unwrap();
+        assert_eq!(&frame[..40], h.ip_header());
+        assert_eq!(&frame[48..], &p[..]);
+        let info = RecvInfo {
+            src: sa(a, 4791),
+            dst: sa(b, 4791),
+            hop_limit: Some(5),
+            traffic_class: Some(0x20),
+        };
+        let o = open(&p, &info, OpenOptions::default()).unwrap();
+        assert_eq!(&o.meta.grh[..], h.ip_header());
+        // Masked: another hop limit and traffic class still verify.
+        let masked = RecvInfo {
+            hop_limit: None,
+            traffic_class: Some(3),
+            ..info
+        };
+        assert!(open(&p, &masked, OpenOptions::default()).is_ok());
+        let mut c = p.clone();
+        c[20] ^= 1;
+        assert_eq!(open(&c, &info, OpenOptions::default()), Err(EncapError::BadIcrc));
+    }
+
+    #[test]
+    fn udp_checksums_are_right() {
+        // A known IPv4/UDP datagram checksum: verify by summing with it.
+        let (a, b) = (v4(10, 0, 0, 1), v4(10, 0, 0, 2));
+        let payload = [1u8, 2, 3, 4, 5];
+        let mut h = WireHeaders::outgoing(sa(a, 1000), sa(b, 4791), payload.len(), 64, 0).unwrap();
+        h.set_udp_checksum(&payload);
+        let pseudo = [10, 0, 0, 1, 10, 0, 0, 2, 0, 17, 0, 13];
+        assert_eq!(internet_checksum(&[&pseudo, &h.udp, &payload]), 0);
+        let a6: IpAddr = "fd00::1".parse().unwrap();
+        let b6: IpAddr = "fd00::2".parse().unwrap();
+        let mut h = WireHeaders::outgoing(sa(a6, 1000), sa(b6, 4791), payload.len(), 64, 0).unwrap();
+        h.set_udp_checksum(&payload);
+        let mut pseudo = Vec::new();
+        pseudo.extend_from_slice(&h.ip[8..40]);
+        pseudo.extend_from_slice(&[0, 0, 0, 13, 0, 0, 0, 17]);
+        assert_eq!(internet_checksum(&[&pseudo, &h.udp, &payload]), 0);
+    }
+
+    #[test]
+    fn refusals() {
+        let a = sa(v4(127, 0, 0, 1), 4791);
+        let b6 = sa(IpAddr::V6(Ipv6Addr::LOCALHOST), 4791);
+        assert!(matches!(
+            WireHeaders::outgoing(a, b6, 20, 64, 0),
+            Err(EncapError::FamilyMismatch { .. })
+        ));
+        assert_eq!(
+            WireHeaders::outgoing(a, a, 65_508, 64, 0),
+            Err(EncapError::TooLong { len: 65_508 })
+        );
+        assert!(WireHeaders::outgoing(a, a, 65_507, 64, 0).is_ok());
+        let h = WireHeaders::outgoing(a, a, 10, 64, 0).unwrap();
+        assert_eq!(seal(&h, &mut [0; 15]), Err(EncapError::TooShort { len: 15 }));
+        let info = RecvInfo {
+            src: a,
+            dst: b6,
+            hop_limit: None,
+            traffic_class: None,
+        };
+        assert!(matches!(
+            open(&[0; 20], &info, OpenOptions::default()),
+            Err(EncapError::FamilyMismatch { .. })
+        ));
+        assert_eq!(
+            open(&[0; 15], &info, OpenOptions::default()),
+            Err(EncapError::TooShort { len: 15 })
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn open_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..600), v6 in any::<bool>()) {
+            let (s, d) = if v6 {
+                (IpAddr::V6(Ipv6Addr::LOCALHOST), IpAddr::V6(Ipv6Addr::LOCALHOST))
+            } else {
+                (v4(127, 0, 0, 1), v4(127, 0, 0, 2))
+            };
+            let info = RecvInfo { src: sa(s, 1), dst: sa(d, 4791), hop_limit: None, traffic_class: None };
+            let r = open(&bytes, &info, OpenOptions { ipv4_df_unknown: true });
+            if bytes.len() < MIN_PACKET {
+                prop_assert!(r.is_err());
+            }
+        }
+    }
+}

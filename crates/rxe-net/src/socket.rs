@@ -1,0 +1,685 @@
+//! One UDP socket on `<ip>:4791` and batched I/O on it.
+//!
+//! The socket is set up for RoCEv2 (DESIGN.md, wire facts):
+//!
+//! - It is never connected: on a connected socket Linux numbers the IPv4
+//!   Identification from a per-socket counter that starts at a random value,
+//!   and the ICRC covers that field. Unconnected with DF set
+//!   (`IP_MTU_DISCOVER = IP_PMTUDISC_DO`) the ID is 0, which `encap` puts in
+//!   the ICRC.
+//! - IPv4 sends carry UDP checksum 0 (`SO_NO_CHECK`), as kernel rxe's do; the
+//!   ICRC protects the payload and masks the checksum.
+//! - IPv6: only v6, and `UDP_NO_CHECK6_RX`, or Linux drops the checksum-0
+//!   datagrams that RoCEv2 senders send. IPv6 sends keep a real checksum
+//!   (RFC 6935/6936 allow 0 only for tunnels; the ICRC masks it anyway).
+//! - TTL/hop limit and TOS/traffic class are reported with each received
+//!   datagram (`IP_RECVTTL`, `IP_RECVTOS`, `IPV6_RECVHOPLIMIT`,
+//!   `IPV6_RECVTCLASS`) so that the UD GRH space can hold the real values,
+//!   and are set per batch on send from the address vector.
+//! - No UDP GSO: the kernel numbers the IPv4 IDs of GSO segments upward,
+//!   so each segment would need its own ICRC.
+//!
+//! Batches use `sendmmsg`/`recvmmsg` through nix. nix's `MultiHeaders` (the
+//! preallocated `mmsghdr` array) holds raw pointers and so is not `Send`;
+//! each thread keeps its own, per address family, in a thread local, made
+//! once. Payload buffers are the caller's [`TxBatch`] and [`RxBatch`],
+//! also made once: nothing is allocated per packet or per batch.
+
+use std::cell::RefCell;
+use std::fmt;
+use std::io::{self, IoSlice, IoSliceMut};
+use std::net::{IpAddr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::ops::Range;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+
+use nix::sys::socket::{
+    self as nsock, sockopt, ControlMessage, ControlMessageOwned, MsgFlags, MultiHeaders,
+    SockaddrStorage,
+};
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+/// The IANA port of RoCEv2.
+pub const ROCE_V2_PORT: u16 = rxe_core::wire::frame::ROCE_V2_PORT;
+/// Datagrams per `sendmmsg`/`recvmmsg` call, at most.
+pub const MAX_BATCH: usize = 64;
+/// The socket buffer size asked for (each direction).
+pub const WANTED_BUFFER: usize = 8 << 20;
+
+/// `UDP_NO_CHECK6_RX` (linux/udp.h); not in every libc.
+const UDP_NO_CHECK6_RX: libc::c_int = 102;
+
+/// A bound, non-blocking RoCEv2 UDP socket.
+pub struct RoceSocket {
+    socket: Socket,
+    local: SocketAddr,
+    recv_buffer: usize,
+    send_buffer: usize,
+}
+
+impl fmt::Debug for RoceSocket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RoceSocket")
+            .field("local", &self.local)
+            .field("fd", &self.socket.as_raw_fd())
+            .field("recv_buffer", &self.recv_buffer)
+            .field("send_buffer", &self.send_buffer)
+            .finish()
+    }
+}
+
+/// An error with what was being done, keeping the kind (`AddrInUse`,
+/// `AddrNotAvailable` ...) for callers to match on.
+fn context(e: io::Error, what: fmt::Arguments<'_>) -> io::Error {
+    io::Error::new(e.kind(), format!("{what}: {e}"))
+}
+
+/// `setsockopt` of an `int` option that neither socket2 nor nix wraps.
+#[allow(unsafe_code)]
+fn setsockopt_int(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
+    let len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `fd` is a live descriptor for the borrow's lifetime; the
+    // pointer and length describe `value`, which outlives the call; the
+    // kernel only reads `len` bytes from it.
+    let r = unsafe {
+        libc::setsockopt(fd.as_raw_fd(), level, name, (&raw const value).cast(), len)
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+impl RoceSocket {
+    /// Binds a UDP socket to `ip:port` and sets it up for RoCEv2 (see the
+    /// module doc). A port in use fails with `ErrorKind::AddrInUse`, an
+    /// address that is not local with `ErrorKind::AddrNotAvailable`.
+    pub fn bind(ip: IpAddr, port: u16) -> io::Result<RoceSocket> {
+        let local = SocketAddr::new(ip, port);
+        let socket = Socket::new(Domain::for_address(local), Type::DGRAM, Some(Protocol::UDP))
+            .map_err(|e| context(e, format_args!("socket for {local}")))?;
+        socket.set_nonblocking(true)?;
+        socket.set_cloexec(true)?;
+        let fd = socket.as_fd();
+        match ip {
+            IpAddr::V4(_) => {
+                setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DO)
+                    .map_err(|e| context(e, format_args!("IP_MTU_DISCOVER on {local}")))?;
+                setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_NO_CHECK, 1)
+                    .map_err(|e| context(e, format_args!("SO_NO_CHECK on {local}")))?;
+                nsock::setsockopt(&socket, sockopt::Ipv4RecvTtl, &true).map_err(io::Error::from)?;
+                nsock::setsockopt(&socket, sockopt::IpRecvTos, &true).map_err(io::Error::from)?;
+            }
+            IpAddr::V6(_) => {
+                socket.set_only_v6(true)?;
+                setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, libc::IPV6_PMTUDISC_DO)
+                    .map_err(|e| context(e, format_args!("IPV6_MTU_DISCOVER on {local}")))?;
+                setsockopt_int(fd, libc::IPPROTO_UDP, UDP_NO_CHECK6_RX, 1)
+                    .map_err(|e| context(e, format_args!("UDP_NO_CHECK6_RX on {local}")))?;
+                socket.set_recv_hoplimit_v6(true)?;
+                socket.set_recv_tclass_v6(true)?;
+            }
+        }
+        let (recv_buffer, send_buffer) = size_buffers(&socket);
+        socket
+            .bind(&SockAddr::from(local))
+            .map_err(|e| context(e, format_args!("bind {local}")))?;
+        let local = socket
+            .local_addr()?
+            .as_socket()
+            .ok_or_else(|| io::Error::other("bound socket has no IP address"))?;
+        tracing::debug!(%local, recv_buffer, send_buffer, "RoCE socket bound");
+        Ok(RoceSocket {
+            socket,
+            local,
+            recv_buffer,
+            send_buffer,
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// The receive buffer the kernel granted, as it reports it (Linux
+    /// doubles the size asked for to account for its bookkeeping).
+    pub fn recv_buffer_size(&self) -> usize {
+        self.recv_buffer
+    }
+
+    /// The send buffer the kernel granted (reported as `recv_buffer_size`).
+    pub fn send_buffer_size(&self) -> usize {
+        self.send_buffer
+    }
+
+    /// Sends one datagram (tests and tools; the data path uses batches).
+    pub fn send_to(&self, buf: &[u8], dest: SocketAddr) -> io::Result<usize> {
+        self.socket.send_to(buf, &SockAddr::from(dest))
+    }
+
+    /// Sends the packets `range` of `tx` (at most [`MAX_BATCH`]) with one
+    /// `sendmmsg`, with TTL/hop limit `hop_limit` and TOS/traffic class
+    /// `traffic_class`. Returns how many the kernel took, from the first;
+    /// an error means the first was refused (`WouldBlock`: the socket buffer
+    /// is full).
+    pub fn send_batch(
+        &self,
+        tx: &TxBatch,
+        range: Range<usize>,
+        hop_limit: u8,
+        traffic_class: u8,
+    ) -> io::Result<usize> {
+        let end = range.end.min(tx.end).min(range.start.saturating_add(MAX_BATCH));
+        let start = range.start.min(end);
+        let n = end - start;
+        if n == 0 {
+            return Ok(0);
+        }
+        let iovs: [[IoSlice<'_>; 1]; MAX_BATCH] = std::array::from_fn(|i| {
+            let k = start + i;
+            [IoSlice::new(if k < end { tx.packet(k) } else { &[] })]
+        });
+        let v6 = self.local.is_ipv6();
+        let ttl: libc::c_int = hop_limit.into();
+        let tos: u8 = traffic_class;
+        let tclass: libc::c_int = traffic_class.into();
+        let cmsgs: [ControlMessage<'_>; 2] = if v6 {
+            [ControlMessage::Ipv6HopLimit(&ttl), ControlMessage::Ipv6TClass(&tclass)]
+        } else {
+            [ControlMessage::Ipv4Ttl(&ttl), ControlMessage::Ipv4Tos(&tos)]
+        };
+        SEND_HEADERS.with(|cell| {
+            let mut slot = cell.borrow_mut();
+            let headers = slot[usize::from(v6)].get_or_insert_with(|| {
+                MultiHeaders::preallocate(MAX_BATCH, Some(send_cmsg_space(v6)))
+            });
+            let sent = nsock::sendmmsg(
+                self.socket.as_raw_fd(),
+                headers,
+                iovs[..n].iter(),
+                &tx.dests[start..end],
+                cmsgs,
+                MsgFlags::empty(),
+            )
+            .map_err(io::Error::from)?;
+            Ok(sent.count())
+        })
+    }
+
+    /// Receives up to `rx.slots()` (at most [`MAX_BATCH`]) datagrams with one
+    /// `recvmmsg`, replacing what `rx` held. `Ok(0)`: nothing was waiting.
+    pub fn recv_batch(&self, rx: &mut RxBatch) -> io::Result<usize> {
+        rx.count = 0;
+        let v6 = self.local.is_ipv6();
+        let RxBatch {
+            data,
+            slot_len,
+            meta,
+            count,
+        } = rx;
+        let n = meta.len().min(MAX_BATCH);
+        RECV_HEADERS.with(|cell| {
+            let mut slot = cell.borrow_mut();
+            let (got, ctrunc) = {
+                let headers = slot[usize::from(v6)].get_or_insert_with(|| {
+                    MultiHeaders::preallocate(
+                        MAX_BATCH,
+                        Some(nix::cmsg_space!(libc::c_int, libc::c_int)),
+                    )
+                });
+                let mut chunks = data.chunks_mut(*slot_len);
+                let mut iovs: [[IoSliceMut<'_>; 1]; MAX_BATCH] = std::array::from_fn(|_| {
+                    [IoSliceMut::new(chunks.next().unwrap_or_default())]
+                });
+                let mut ctrunc = false;
+                let got = match nsock::recvmmsg(
+                    self.socket.as_raw_fd(),
+                    headers,
+                    iovs[..n].iter_mut(),
+                    MsgFlags::empty(),
+                    None,
+                ) {
+                    Ok(results) => {
+                        let mut k = 0;
+                        for (m, msg) in meta.iter_mut().zip(results) {
+                            *m = RxMeta {
+                                len: msg.bytes,
+                                src: msg.address.and_then(|a| socket_addr(&a)),
+                                hop_limit: None,
+                                traffic_class: None,
+                                truncated: msg.flags.contains(MsgFlags::MSG_TRUNC),
+                            };
+                            ctrunc |= msg.flags.contains(MsgFlags::MSG_CTRUNC);
+                            if let Ok(cmsgs) = msg.cmsgs() {
+                                for c in cmsgs {
+                                    match c {
+                                        ControlMessageOwned::Ipv4Ttl(t)
+                                        | ControlMessageOwned::Ipv6HopLimit(t) => {
+                                            m.hop_limit = u8::try_from(t).ok();
+                                        }
+                                        ControlMessageOwned::Ipv4Tos(t) => {
+                                            m.traffic_class = Some(t)
+                                        }
+                                        ControlMessageOwned::Ipv6TClass(t) => {
+                                            m.traffic_class = u8::try_from(t).ok();
+                                        }
+                                        _ => {}
+                                    }
+                                }
+                            }
+                            k += 1;
+                        }
+                        Ok(k)
+                    }
+                    Err(nix::errno::Errno::EAGAIN) => Ok(0),
+                    Err(e) => Err(io::Error::from(e)),
+                };
+                (got, ctrunc)
+            };
+            // The kernel shrinks each header's control (and name) length to
+            // what it used and nix does not restore them; a truncated control
+            // area means a header set went stale: make a fresh one next time.
+            if ctrunc {
+                slot[usize::from(v6)] = None;
+            }
+            *count = got.as_ref().copied().unwrap_or(0);
+            got
+        })
+    }
+}
+
+fn send_cmsg_space(v6: bool) -> Vec<u8> {
+    // Exactly what `send_batch` encodes: the kernel rejects a control area
+    // with an empty header after the real ones.
+    if v6 {
+        nix::cmsg_space!(libc::c_int, libc::c_int)
+    } else {
+        nix::cmsg_space!(libc::c_int, u8)
+    }
+}
+
+thread_local! {
+    /// Per thread and address family (index 0 IPv4, 1 IPv6): see the module doc.
+    static SEND_HEADERS: RefCell<[Option<MultiHeaders<SockaddrStorage>>; 2]> = const { RefCell::new([None, None]) };
+    static RECV_HEADERS: RefCell<[Option<MultiHeaders<SockaddrStorage>>; 2]> = const { RefCell::new([None, None]) };
+}
+
+fn socket_addr(a: &SockaddrStorage) -> Option<SocketAddr> {
+    if let Some(v4) = a.as_sockaddr_in() {
+        return Some(SocketAddr::V4(SocketAddrV4::new(v4.ip(), v4.port())));
+    }
+    a.as_sockaddr_in6()
+        .map(|v6| SocketAddr::V6(SocketAddrV6::new(v6.ip(), v6.port(), v6.flowinfo(), v6.scope_id())))
+}
+
+/// Asks for [`WANTED_BUFFER`] each way: first with the `FORCE` options,
+/// which pass `rmem_max`/`wmem_max` but need CAP_NET_ADMIN, then the plain
+/// ones, which the kernel caps. Returns what it granted.
+fn size_buffers(socket: &Socket) -> (usize, usize) {
+    let want = WANTED_BUFFER;
+    if nsock::setsockopt(socket, sockopt::RcvBufForce, &want).is_err() {
+        let _ = socket.set_recv_buffer_size(want);
+    }
+    if nsock::setsockopt(socket, sockopt::SndBufForce, &want).is_err() {
+        let _ = socket.set_send_buffer_size(want);
+    }
+    let r = socket.recv_buffer_size().unwrap_or(0);
+    let s = socket.send_buffer_size().unwrap_or(0);
+    if r < want || s < want {
+        tracing::info!(
+            wanted = want,
+            recv = r,
+            send = s,
+            "socket buffers smaller than asked (raise net.core.rmem_max/wmem_max or run with CAP_NET_ADMIN)"
+        );
+    }
+    (r, s)
+}
+
+impl AsRawFd for RoceSocket {
+    fn as_raw_fd(&self) -> RawFd {
+        self.socket.as_raw_fd()
+    }
+}
+
+impl AsFd for RoceSocket {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.socket.as_fd()
+    }
+}
+
+/// Packets waiting to be sent: fixed slots of `slot_len` bytes, filled at
+/// the end and sent from the start.
+pub struct TxBatch {
+    data: Box<[u8]>,
+    slot_len: usize,
+    lens: Box<[usize]>,
+    dests: Box<[Option<SockaddrStorage>]>,
+    start: usize,
+    end: usize,
+}
+
+impl fmt::Debug for TxBatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TxBatch")
+            .field("slots", &self.lens.len())
+            .field("slot_len", &self.slot_len)
+            .field("pending", &(self.start..self.end))
+            .finish()
+    }
+}
+
+impl TxBatch {
+    /// `slots` slots (at least 1) of `slot_len` bytes each.
+    pub fn new(slots: usize, slot_len: usize) -> TxBatch {
+        let slots = slots.max(1);
+        TxBatch {
+            data: vec![0; slots * slot_len].into_boxed_slice(),
+            slot_len,
+            lens: vec![0; slots].into_boxed_slice(),
+            dests: vec![None; slots].into_boxed_slice(),
+            start: 0,
+            end: 0,
+        }
+    }
+
+    pub fn slots(&self) -> usize {
+        self.lens.len()
+    }
+
+    pub fn slot_len(&self) -> usize {
+        self.slot_len
+    }
+
+    /// The slots holding packets not yet sent.
+    pub fn pending(&self) -> Range<usize> {
+        self.start..self.end
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+
+    /// No free slot is left at the end.
+    pub fn is_full(&self) -> bool {
+        self.end == self.slots()
+    }
+
+    /// The index of the next free slot and its buffer.
+    pub fn free_slot(&mut self) -> Option<(usize, &mut [u8])> {
+        if self.is_full() {
+            return None;
+        }
+        let i = self.end;
+        let at = i * self.slot_len;
+        Some((i, &mut self.data[at..at + self.slot_len]))
+    }
+
+    /// Takes the free slot as a packet of `len` bytes to `dest`. Refused
+    /// (`false`) when there is no free slot or `len` exceeds it.
+    pub fn commit(&mut self, len: usize, dest: SocketAddr) -> bool {
+        if self.is_full() || len > self.slot_len {
+            return false;
+        }
+        self.lens[self.end] = len;
+        self.dests[self.end] = Some(SockaddrStorage::from(dest));
+        self.end += 1;
+        true
+    }
+
+    /// The packet in slot `i` (empty for a slot out of range).
+    pub fn packet(&self, i: usize) -> &[u8] {
+        match self.lens.get(i) {
+            Some(&len) => {
+                let at = i * self.slot_len;
+                &self.data[at..at + len]
+            }
+            None => &[],
+        }
+    }
+
+    /// The destination of slot `i`.
+    pub fn dest(&self, i: usize) -> Option<SocketAddr> {
+        self.dests.get(i).copied().flatten().and_then(|a| socket_addr(&a))
+    }
+
+    /// Marks the first `n` pending packets as done (sent or dropped); when
+    /// none is left the batch starts over at slot 0.
+    pub fn consume(&mut self, n: usize) {
+        self.start = self.start.saturating_add(n).min(self.end);
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+    }
+}
+
+/// What the kernel said about one received datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RxMeta {
+    /// Bytes received (of a truncated datagram: what fit).
+    pub len: usize,
+    pub src: Option<SocketAddr>,
+    /// IPv4 TTL or IPv6 hop limit, if the kernel reported it.
+    pub hop_limit: Option<u8>,
+    /// IPv4 TOS or IPv6 traffic class, if the kernel reported it.
+    pub traffic_class: Option<u8>,
+    /// The datagram was longer than the slot (MSG_TRUNC).
+    pub truncated: bool,
+}
+
+/// Slots for received datagrams, reused by every `recv_batch`.
+pub struct RxBatch {
+    data: Box<[u8]>,
+    slot_len: usize,
+    meta: Box<[RxMeta]>,
+    count: usize,
+}
+
+impl fmt::Debug for RxBatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RxBatch")
+            .field("slots", &self.meta.len())
+            .field("slot_len", &self.slot_len)
+            .field("count", &self.count)
+            .finish()
+    }
+}
+
+impl RxBatch {
+    /// `slots` slots (1 ..= MAX_BATCH) of `slot_len` bytes each.
+    pub fn new(slots: usize, slot_len: usize) -> RxBatch {
+        let slots = slots.clamp(1, MAX_BATCH);
+        RxBatch {
+            data: vec![0; slots * slot_len].into_boxed_slice(),
+            slot_len,
+            meta: vec![RxMeta::default(); slots].into_boxed_slice(),
+            count: 0,
+        }
+    }
+
+    pub fn slots(&self) -> usize {
+        self.meta.len()
+    }
+
+    pub fn slot_len(&self) -> usize {
+        self.slot_len
+    }
+
+    /// Datagrams the last `recv_batch` received.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Datagram `i` of the last `recv_batch`: what the kernel said and the
+    /// bytes.
+    pub fn get(&self, i: usize) -> Option<(&RxMeta, &[u8])> {
+        if i >= self.count {
+            return None;
+        }
+        let m = &self.meta[i];
+        let at = i * self.slot_len;
+        let len = m.len.min(self.slot_len);
+        Some((m, &self.data[at..at + len]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    fn lo(last: u8) -> IpAddr {
+        IpAddr::V4(Ipv4Addr::new(127, 0, 3, last))
+    }
+
+    #[test]
+    fn busy_port_and_foreign_address_give_clear_errors() {
+        let a = RoceSocket::bind(lo(1), ROCE_V2_PORT).unwrap();
+        assert_eq!(a.local_addr(), SocketAddr::new(lo(1), ROCE_V2_PORT));
+        let e = RoceSocket::bind(lo(1), ROCE_V2_PORT).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AddrInUse, "{e}");
+        assert!(e.to_string().contains("127.0.3.1:4791"), "{e}");
+        // TEST-NET-3: not an address of this machine.
+        let e = RoceSocket::bind(IpAddr::V4(Ipv4Addr::new(203, 0, 113, 9)), ROCE_V2_PORT)
+            .unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AddrNotAvailable, "{e}");
+        assert!(a.recv_buffer_size() > 0 && a.send_buffer_size() > 0);
+    }
+
+    #[test]
+    fn batches_go_and_come_with_ttl_and_tos() {
+        let a = RoceSocket::bind(lo(2), ROCE_V2_PORT).unwrap();
+        let b = RoceSocket::bind(lo(3), ROCE_V2_PORT).unwrap();
+        let mut tx = TxBatch::new(100, 256);
+        for i in 0..100u8 {
+            let (_, slot) = tx.free_slot().unwrap();
+            slot[..3].copy_from_slice(&[i, i, i]);
+            assert!(tx.commit(3 + usize::from(i % 7), b.local_addr()));
+        }
+        assert!(tx.is_full());
+        assert!(!tx.commit(1, b.local_addr()));
+        let mut sent = 0;
+        while !tx.is_empty() {
+            let n = a.send_batch(&tx, tx.pending(), 9, 0x28).unwrap();
+            assert!(n > 0 && n <= MAX_BATCH);
+            tx.consume(n);
+            sent += n;
+        }
+        assert_eq!(sent, 100);
+        let mut rx = RxBatch::new(MAX_BATCH, 256);
+        let mut got = Vec::new();
+        for _ in 0..100 {
+            let n = b.recv_batch(&mut rx).unwrap();
+            for i in 0..n {
+                let (m, bytes) = rx.get(i).unwrap();
+                assert_eq!(m.src, Some(a.local_addr()));
+                assert_eq!(m.hop_limit, Some(9));
+                assert_eq!(m.traffic_class, Some(0x28));
+                assert!(!m.truncated);
+                got.push((bytes[0], bytes.len()));
+            }
+            if got.len() == 100 {
+                break;
+            }
+            if n == 0 {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+        assert_eq!(got.len(), 100);
+        for (i, (tag, len)) in got.iter().enumerate() {
+            assert_eq!(usize::from(*tag), i);
+            assert_eq!(*len, 3 + i % 7);
+        }
+        assert_eq!(b.recv_batch(&mut rx).unwrap(), 0);
+        assert!(rx.get(0).is_none());
+    }
+
+    #[test]
+    fn oversize_datagrams_are_flagged_truncated() {
+        let a = RoceSocket::bind(lo(4), ROCE_V2_PORT).unwrap();
+        let b = RoceSocket::bind(lo(5), ROCE_V2_PORT).unwrap();
+        a.send_to(&[7u8; 300], b.local_addr()).unwrap();
+        let mut rx = RxBatch::new(4, 64);
+        let mut n = 0;
+        for _ in 0..100 {
+            n = b.recv_batch(&mut rx).unwrap();
+            if n > 0 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(n, 1);
+        let (m, bytes) = rx.get(0).unwrap();
+        assert!(m.truncated);
+        assert_eq!(bytes.len(), 64);
+    }
+
+    #[test]
+    fn ipv6_loopback_batches_with_hop_limit_and_tclass() {
+        let ip = IpAddr::V6(std::net::Ipv6Addr::LOCALHOST);
+        // Port 4791 on ::1 may be shared by other tests: use an ephemeral one.
+        let Ok(a) = RoceSocket::bind(ip, 0) else {
+            return; // no IPv6 on this machine
+        };
+        let b = RoceSocket::bind(ip, 0).unwrap();
+        let mut tx = TxBatch::new(2, 64);
+        tx.free_slot().unwrap().1[..4].copy_from_slice(b"rxe6");
+        assert!(tx.commit(4, b.local_addr()));
+        assert_eq!(a.send_batch(&tx, tx.pending(), 7, 0x10).unwrap(), 1);
+        let mut rx = RxBatch::new(2, 64);
+        let mut n = 0;
+        for _ in 0..100 {
+            n = b.recv_batch(&mut rx).unwrap();
+            if n > 0 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(n, 1);
+        let (m, bytes) = rx.get(0).unwrap();
+        assert_eq!(bytes, b"rxe6");
+        assert_eq!(m.hop_limit, Some(7));
+        assert_eq!(m.traffic_class, Some(0x10));
+        assert_eq!(m.src, Some(a.local_addr()));
+    }
+
+    /// RoCEv2 senders (kernel rxe) send UDP checksum 0 over IPv6, which
+    /// Linux drops unless UDP_NO_CHECK6_RX is set. Needs a raw socket
+    /// (CAP_NET_RAW); skipped without it.
+    #[test]
+    fn ipv6_checksum_zero_datagrams_arrive() {
+        let ip = IpAddr::V6(std::net::Ipv6Addr::LOCALHOST);
+        let Ok(b) = RoceSocket::bind(ip, 0) else {
+            return;
+        };
+        let Ok(raw) = Socket::new(Domain::IPV6, Type::RAW, Some(Protocol::UDP)) else {
+            eprintln!("no raw socket: UDP_NO_CHECK6_RX not exercised");
+            return;
+        };
+        let port = b.local_addr().port();
+        let mut d = [0u8; 8 + 4];
+        d[..2].copy_from_slice(&4791u16.to_be_bytes());
+        d[2..4].copy_from_slice(&port.to_be_bytes());
+        d[4..6].copy_from_slice(&12u16.to_be_bytes());
+        // d[6..8]: checksum 0
+        d[8..].copy_from_slice(b"zero");
+        raw.send_to(&d, &SockAddr::from(SocketAddr::new(ip, 0))).unwrap();
+        let mut rx = RxBatch::new(2, 64);
+        let mut n = 0;
+        for _ in 0..200 {
+            n = b.recv_batch(&mut rx).unwrap();
+            if n > 0 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(n, 1, "the checksum-0 datagram was dropped");
+        assert_eq!(rx.get(0).unwrap().1, b"zero");
+    }
+}

@@ -1,0 +1,262 @@
+//! Completion queues (`ibv_create_cq`, `ibv_poll_cq`, `ibv_req_notify_cq`,
+//! `ibv_get_cq_event`): where the device puts work completions, and how an
+//! application waits for them, polling, blocking or with `async`/`await`.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant as StdInstant};
+
+use rxe_core::transport::{WcStatus, WorkCompletion, WorkQueue};
+
+use crate::device::{Device, DeviceShared};
+use crate::error::{ObjectKind, Result, VerbsError};
+use crate::event::AsyncEvent;
+
+/// Which completions end a wait (`ibv_req_notify_cq`'s `solicited_only`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotifyKind {
+    /// The next completion of any kind.
+    NextCompletion,
+    /// The next receive completion of a message whose sender asked for a
+    /// solicited event (BTH SE), or any completion in error (IBTA 11.4.2.2).
+    SolicitedOnly,
+}
+
+#[derive(Debug, Default)]
+struct CqState {
+    wcs: VecDeque<WorkCompletion>,
+    armed: Option<NotifyKind>,
+    /// Notification events raised and not yet taken by a wait.
+    events: u64,
+    overrun: bool,
+    lost: u64,
+    wakers: Vec<Waker>,
+}
+
+/// The part of a CQ that the device's engine holds.
+#[derive(Debug)]
+pub(crate) struct CqShared {
+    pub id: u32,
+    pub depth: u32,
+    state: Mutex<CqState>,
+    cond: Condvar,
+    /// QPs that complete into this CQ (a CQ with users cannot be
+    /// destroyed).
+    pub users: AtomicUsize,
+    pub destroyed: AtomicBool,
+}
+
+impl CqShared {
+    pub fn new(id: u32, depth: u32) -> CqShared {
+        CqShared {
+            id,
+            depth,
+            state: Mutex::default(),
+            cond: Condvar::new(),
+            users: AtomicUsize::new(0),
+            destroyed: AtomicBool::new(false),
+        }
+    }
+
+    /// Adds a completion; returns `false` if the CQ overran (the
+    /// completion is dropped, counted, and the CQ is in error from now on:
+    /// the caller raises `CqErr`).
+    pub fn push(&self, wc: WorkCompletion, solicited: bool) -> bool {
+        let mut s = self.state.lock().unwrap();
+        if s.overrun || s.wcs.len() >= self.depth as usize {
+            s.lost += 1;
+            let first = !s.overrun;
+            s.overrun = true;
+            // The overrun itself wakes waiters, so that they see the error.
+            s.events += 1;
+            self.wake(&mut s);
+            return !first;
+        }
+        s.wcs.push_back(wc);
+        let trigger = match s.armed {
+            Some(NotifyKind::NextCompletion) => true,
+            Some(NotifyKind::SolicitedOnly) => {
+                solicited && wc.queue == WorkQueue::Recv || wc.status != WcStatus::Success
+            }
+            None => false,
+        };
+        if trigger {
+            s.armed = None;
+            s.events += 1;
+            self.wake(&mut s);
+        }
+        true
+    }
+
+    fn wake(&self, s: &mut CqState) {
+        self.cond.notify_all();
+        for w in s.wakers.drain(..) {
+            w.wake();
+        }
+    }
+}
+
+/// A completion queue. Handles are cheap clones of one queue.
+#[derive(Clone)]
+pub struct Cq {
+    pub(crate) dev: Arc<DeviceShared>,
+    pub(crate) shared: Arc<CqShared>,
+}
+
+impl std::fmt::Debug for Cq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cq")
+            .field("id", &self.shared.id)
+            .field("depth", &self.shared.depth)
+            .finish()
+    }
+}
+
+impl Cq {
+    pub(crate) fn check_live(&self) -> Result<()> {
+        self.dev.check_live()?;
+        if self.shared.destroyed.load(Ordering::Acquire) {
+            return Err(VerbsError::Destroyed(ObjectKind::Cq));
+        }
+        Ok(())
+    }
+
+    /// The CQ's number on its device.
+    pub fn id(&self) -> u32 {
+        self.shared.id
+    }
+
+    /// How many completions it holds at most (`cqe`).
+    pub fn depth(&self) -> u32 {
+        self.shared.depth
+    }
+
+    pub fn device(&self) -> Device {
+        Device(self.dev.clone())
+    }
+
+    /// Takes up to `max` completions, oldest first (`ibv_poll_cq`). After
+    /// an overrun, the completions queued before it are returned, then
+    /// every call fails with [`VerbsError::CqOverrun`].
+    pub fn poll(&self, max: usize) -> Result<Vec<WorkCompletion>> {
+        let mut out = Vec::new();
+        self.poll_into(max, &mut out)?;
+        Ok(out)
+    }
+
+    /// As [`Cq::poll`], appending to `out` (no allocation if it has room);
+    /// returns how many were added.
+    pub fn poll_into(&self, max: usize, out: &mut Vec<WorkCompletion>) -> Result<usize> {
+        self.check_live()?;
+        let mut s = self.shared.state.lock().unwrap();
+        if s.wcs.is_empty() && s.overrun {
+            return Err(VerbsError::CqOverrun);
+        }
+        let n = max.min(s.wcs.len());
+        out.extend(s.wcs.drain(..n));
+        Ok(n)
+    }
+
+    /// One completion, if any.
+    pub fn poll_one(&self) -> Result<Option<WorkCompletion>> {
+        self.check_live()?;
+        let mut s = self.shared.state.lock().unwrap();
+        if s.wcs.is_empty() && s.overrun {
+            return Err(VerbsError::CqOverrun);
+        }
+        Ok(s.wcs.pop_front())
+    }
+
+    /// Completions lost to an overrun.
+    pub fn lost(&self) -> u64 {
+        self.shared.state.lock().unwrap().lost
+    }
+
+    /// Arms the CQ (`ibv_req_notify_cq`): the next completion of `kind`
+    /// raises one notification event, which [`Cq::wait`] or
+    /// [`Cq::notified`] take. As with libibverbs, arm before the last poll
+    /// that found the queue empty, or a completion may slip in between.
+    pub fn req_notify(&self, kind: NotifyKind) -> Result<()> {
+        self.check_live()?;
+        let mut s = self.shared.state.lock().unwrap();
+        // A solicited-only request does not weaken an armed "next".
+        s.armed = match (s.armed, kind) {
+            (Some(NotifyKind::NextCompletion), _) => Some(NotifyKind::NextCompletion),
+            _ => Some(kind),
+        };
+        Ok(())
+    }
+
+    /// Blocks until a notification event is raised, then takes it
+    /// (`ibv_get_cq_event`); `None` waits without end.
+    pub fn wait(&self, timeout: Option<Duration>) -> Result<()> {
+        self.check_live()?;
+        let deadline = timeout.map(|t| StdInstant::now() + t);
+        let mut s = self.shared.state.lock().unwrap();
+        while s.events == 0 {
+            match deadline {
+                None => s = self.shared.cond.wait(s).unwrap(),
+                Some(d) => {
+                    let now = StdInstant::now();
+                    if now >= d {
+                        return Err(VerbsError::Timeout);
+                    }
+                    s = self.shared.cond.wait_timeout(s, d - now).unwrap().0;
+                }
+            }
+            if self.shared.destroyed.load(Ordering::Acquire) {
+                return Err(VerbsError::Destroyed(ObjectKind::Cq));
+            }
+        }
+        s.events -= 1;
+        Ok(())
+    }
+
+    /// The asynchronous form of [`Cq::wait`].
+    pub fn notified(&self) -> Notified<'_> {
+        Notified { cq: self }
+    }
+
+    /// Destroys the CQ (`ibv_destroy_cq`); refused while a QP uses it.
+    pub fn destroy(&self) -> Result<()> {
+        Device(self.dev.clone()).destroy_cq(self)
+    }
+
+    pub(crate) fn wake_all(&self) {
+        let mut s = self.shared.state.lock().unwrap();
+        s.events += 1;
+        self.shared.wake(&mut s);
+    }
+}
+
+/// Future of [`Cq::notified`].
+pub struct Notified<'a> {
+    cq: &'a Cq,
+}
+
+impl Future for Notified<'_> {
+    type Output = Result<()>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        if let Err(e) = self.cq.check_live() {
+            return Poll::Ready(Err(e));
+        }
+        let mut s = self.cq.shared.state.lock().unwrap();
+        if s.events > 0 {
+            s.events -= 1;
+            return Poll::Ready(Ok(()));
+        }
+        if !s.wakers.iter().any(|w| w.will_wake(cx.waker())) {
+            s.wakers.push(cx.waker().clone());
+        }
+        Poll::Pending
+    }
+}
+
+/// Raises `CqErr` for a CQ that just overran.
+pub(crate) fn overrun_event(cq: &CqShared) -> AsyncEvent {
+    AsyncEvent::CqErr { cq: cq.id }
+}

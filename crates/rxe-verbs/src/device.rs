@@ -1,0 +1,672 @@
+//! A device: one software RoCE NIC with one port, on a network interface or
+//! on one local address (`rdma link add rxe0 type rxe netdev eth0`).
+//!
+//! The device owns its transport engine (behind one lock), its UDP sockets
+//! and the driver thread that feeds them to the engine, a monitor thread
+//! that keeps the GID table and the port state in step with the host's
+//! addresses, and the thread that delivers asynchronous events.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use rxe_core::transport::{Endpoint, PathMtu, QpCaps};
+use rxe_net::{Clock, Driver, DriverWaker, NetPort, PcapTap};
+
+use crate::attr::{gid_of, DeviceAttr, GidEntry, GidType, LinkLayer, PortAttr, PortState};
+use crate::client::{ClientData, ClientId};
+use crate::cq::{Cq, CqShared};
+use crate::engine::DeviceEngine;
+use crate::error::{ObjectKind, Result, VerbsError};
+use crate::event::{AsyncEvent, EventHub};
+use crate::pd::{Pd, PdShared};
+use crate::registry;
+
+/// The device's only port.
+pub const PORT: u8 = 1;
+/// GID table size: one entry per address of the interface.
+pub const GID_TABLE_LEN: u16 = 32;
+/// How often the monitor looks at the host's addresses.
+const MONITOR_PERIOD: Duration = Duration::from_millis(200);
+
+/// What a device sits on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// Every address of this interface (`-d IFACE`).
+    Interface(String),
+    /// This one local address (`--ip ADDR`): on loopback, 127.0.0.1,
+    /// 127.0.0.2, ... make separate devices.
+    Address(IpAddr),
+}
+
+/// How to add a device.
+#[derive(Debug, Clone)]
+pub struct DeviceConfig {
+    /// `None` takes the first free `rxeN`.
+    pub name: Option<String>,
+    pub target: Target,
+    /// Write every packet sent and received to this pcap file.
+    pub capture: Option<std::path::PathBuf>,
+}
+
+impl DeviceConfig {
+    pub fn on_address(ip: IpAddr) -> DeviceConfig {
+        DeviceConfig {
+            name: None,
+            target: Target::Address(ip),
+            capture: None,
+        }
+    }
+
+    pub fn on_interface(name: &str) -> DeviceConfig {
+        DeviceConfig {
+            name: None,
+            target: Target::Interface(name.to_string()),
+            capture: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct PortInfo {
+    state: PortState,
+    netdev: String,
+    netdev_mtu: u32,
+}
+
+pub(crate) struct DeviceShared {
+    pub name: String,
+    target: Target,
+    attr: DeviceAttr,
+    pub(crate) engine: Arc<Mutex<DeviceEngine>>,
+    pub(crate) net: Arc<NetPort>,
+    driver: Mutex<Option<Driver>>,
+    waker: DriverWaker,
+    pub(crate) events: EventHub,
+    client_data: Mutex<HashMap<ClientId, ClientData>>,
+    removed: AtomicBool,
+    port: Mutex<PortInfo>,
+    monitor: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// A handle to a device; clones name the same device.
+#[derive(Clone)]
+pub struct Device(pub(crate) Arc<DeviceShared>);
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device")
+            .field("name", &self.0.name)
+            .field("target", &self.0.target)
+            .finish()
+    }
+}
+
+impl PartialEq for Device {
+    fn eq(&self, other: &Device) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+fn bind_error(e: std::io::Error, ip: IpAddr) -> VerbsError {
+    match e.kind() {
+        std::io::ErrorKind::AddrInUse => VerbsError::PortBusy {
+            addr: ip,
+            port: rxe_core::wire::frame::ROCE_V2_PORT,
+        },
+        std::io::ErrorKind::AddrNotAvailable => VerbsError::AddressNotLocal(ip),
+        _ => VerbsError::Io(e),
+    }
+}
+
+/// Addresses a device on `target` should have now, with the interface's
+/// name, MTU and MAC; `None` when the interface does not exist.
+fn discover(target: &Target) -> Option<(Vec<IpAddr>, String, u32, Option<[u8; 6]>)> {
+    match target {
+        Target::Address(ip) => match rxe_net::netif::interface_for_addr(*ip) {
+            Some(i) => {
+                let addrs = if i.up { vec![*ip] } else { vec![] };
+                Some((addrs, i.name, i.mtu, i.mac))
+            }
+            None => Some((vec![], String::new(), 0, None)),
+        },
+        Target::Interface(name) => {
+            let i = rxe_net::netif::list_interfaces()
+                .ok()?
+                .into_iter()
+                .find(|i| &i.name == name)?;
+            let addrs = if i.up {
+                i.addrs
+                    .iter()
+                    .copied()
+                    .filter(|a| match a {
+                        // A link-local IPv6 address needs a scope to bind;
+                        // RoCEv2 between hosts uses routable addresses.
+                        IpAddr::V6(v6) => v6.segments()[0] & 0xffc0 != 0xfe80,
+                        IpAddr::V4(_) => true,
+                    })
+                    .collect()
+            } else {
+                vec![]
+            };
+            Some((addrs, i.name, i.mtu, i.mac))
+        }
+    }
+}
+
+/// The node GUID: EUI-64 from the MAC; an interface without one (loopback)
+/// gets one made from the device's first address, so that two devices on
+/// loopback differ.
+fn node_guid(mac: Option<[u8; 6]>, first: Option<IpAddr>) -> u64 {
+    match mac {
+        Some(m) if m != [0; 6] => rxe_net::netif::eui64_from_mac(m),
+        _ => {
+            let g = first.map(gid_of).unwrap_or_default();
+            rxe_net::netif::eui64_from_mac([0x02, 0x00, g[12], g[13], g[14], g[15]])
+        }
+    }
+}
+
+impl Device {
+    /// Adds a device (`rdma link add`). Fails if the address is not local
+    /// ([`VerbsError::AddressNotLocal`]), its port 4791 is busy
+    /// ([`VerbsError::PortBusy`]), or the interface does not exist or has
+    /// no address.
+    pub fn add(config: DeviceConfig) -> Result<Device> {
+        let _ops = registry::ops_lock();
+        let name = match &config.name {
+            Some(n) if registry::name_taken(n) => return Err(VerbsError::NameInUse(n.clone())),
+            Some(n) => n.clone(),
+            None => registry::free_name(),
+        };
+        let (addrs, netdev, netdev_mtu, mac) = match discover(&config.target) {
+            Some(d) => d,
+            None => match &config.target {
+                Target::Interface(n) => return Err(VerbsError::NoSuchInterface(n.clone())),
+                Target::Address(ip) => return Err(VerbsError::AddressNotLocal(*ip)),
+            },
+        };
+        if let Target::Address(ip) = config.target {
+            if addrs.is_empty() && netdev.is_empty() {
+                // No interface holds it; binding tells for sure below.
+                tracing::debug!(%ip, "no interface found for the address");
+            }
+        }
+        let clock = Clock::new();
+        let net = Arc::new(NetPort::new(clock));
+        let bind: Vec<IpAddr> = match &config.target {
+            Target::Address(ip) => vec![*ip],
+            Target::Interface(n) => {
+                if addrs.is_empty() {
+                    return Err(VerbsError::NoAddress(n.clone()));
+                }
+                addrs.clone()
+            }
+        };
+        for ip in &bind {
+            net.add_address(*ip).map_err(|e| bind_error(e, *ip))?;
+        }
+        if let Some(path) = &config.capture {
+            net.set_tap(Some(PcapTap::create(path)?));
+        }
+        let active_mtu = rxe_net::netif::mtu_to_ib(if netdev_mtu == 0 { 1500 } else { netdev_mtu });
+        let attr = DeviceAttr::rxe(node_guid(mac, bind.first().copied()));
+        let caps = QpCaps {
+            port_count: 1,
+            pkey_table_len: 1,
+            gid_table_len: GID_TABLE_LEN,
+            max_path_mtu: active_mtu,
+            max_rd_atomic: attr.max_qp_init_rd_atom,
+            max_dest_rd_atomic: attr.max_qp_rd_atom,
+        };
+        let events = EventHub::new(&name)?;
+        let mut engine = DeviceEngine::new(Endpoint::new(caps), events.sender());
+        engine.gids = bind.iter().map(|ip| Some(gid_of(*ip))).collect();
+        let engine = Arc::new(Mutex::new(engine));
+        let driver = Driver::spawn(net.clone(), engine.clone())?;
+        let waker = driver.waker();
+        let shared = Arc::new(DeviceShared {
+            name: name.clone(),
+            target: config.target.clone(),
+            attr,
+            engine,
+            net,
+            driver: Mutex::new(Some(driver)),
+            waker,
+            events,
+            client_data: Mutex::default(),
+            removed: AtomicBool::new(false),
+            port: Mutex::new(PortInfo {
+                state: PortState::Active,
+                netdev,
+                netdev_mtu,
+            }),
+            monitor: Mutex::new(None),
+        });
+        let weak = Arc::downgrade(&shared);
+        let monitor = std::thread::Builder::new()
+            .name(format!("{name}-monitor"))
+            .spawn(move || loop {
+                std::thread::sleep(MONITOR_PERIOD);
+                let Some(dev) = weak.upgrade() else { return };
+                if dev.removed.load(Ordering::Acquire) {
+                    return;
+                }
+                dev.refresh_addresses();
+            })?;
+        *shared.monitor.lock().unwrap() = Some(monitor);
+        tracing::info!(device = %name, addrs = ?bind, mtu = %active_mtu, "device added");
+        registry::insert_device(shared.clone());
+        Ok(Device(shared))
+    }
+
+    /// Removes the device (`rdma link delete`): clients' `remove` callbacks
+    /// run first, then a `DeviceFatal` event; its threads stop and its
+    /// sockets close. Every handle of it, and of its objects, fails with
+    /// [`VerbsError::DeviceRemoved`] afterwards.
+    pub fn remove(&self) -> Result<()> {
+        let _ops = registry::ops_lock();
+        self.0.check_live()?;
+        registry::remove_device(&self.0);
+        self.0.removed.store(true, Ordering::Release);
+        self.0.events.raise(AsyncEvent::DeviceFatal);
+        if let Some(d) = self.0.driver.lock().unwrap().take() {
+            d.stop();
+        }
+        for ip in self.0.net.addresses() {
+            self.0.net.remove_address(ip);
+        }
+        self.0.lock().close_events();
+        self.0.events.shutdown();
+        if let Some(m) = self.0.monitor.lock().unwrap().take() {
+            let _ = m.join();
+        }
+        tracing::info!(device = %self.0.name, "device removed");
+        Ok(())
+    }
+
+    pub fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    pub fn target(&self) -> &Target {
+        &self.0.target
+    }
+
+    /// `ibv_query_device`.
+    pub fn query_device(&self) -> Result<DeviceAttr> {
+        self.0.check_live()?;
+        Ok(self.0.attr.clone())
+    }
+
+    fn check_port(&self, port: u8) -> Result<()> {
+        self.0.check_live()?;
+        if port != PORT {
+            return Err(VerbsError::NoSuchPort(port));
+        }
+        Ok(())
+    }
+
+    /// `ibv_query_port`.
+    pub fn query_port(&self, port: u8) -> Result<PortAttr> {
+        self.check_port(port)?;
+        let p = self.0.port.lock().unwrap().clone();
+        let e = self.0.lock();
+        Ok(PortAttr {
+            state: p.state,
+            max_mtu: PathMtu::Mtu4096,
+            active_mtu: rxe_net::netif::mtu_to_ib(if p.netdev_mtu == 0 {
+                1500
+            } else {
+                p.netdev_mtu
+            }),
+            netdev_mtu: p.netdev_mtu,
+            gid_tbl_len: GID_TABLE_LEN,
+            pkey_tbl_len: self.0.attr.max_pkeys,
+            max_msg_sz: self.0.attr.max_msg_sz,
+            lid: 0,
+            sm_lid: 0,
+            active_width: 1,
+            active_speed: 1,
+            link_layer: LinkLayer::Ethernet,
+            netdev: p.netdev,
+        })
+        .map(|a| {
+            drop(e);
+            a
+        })
+    }
+
+    /// `ibv_query_gid`.
+    pub fn query_gid(&self, port: u8, index: u8) -> Result<[u8; 16]> {
+        self.check_port(port)?;
+        self.0
+            .lock()
+            .gids
+            .get(index as usize)
+            .copied()
+            .flatten()
+            .ok_or(VerbsError::NoSuchGid(index))
+    }
+
+    /// The valid entries of the GID table.
+    pub fn gid_table(&self, port: u8) -> Result<Vec<GidEntry>> {
+        self.check_port(port)?;
+        Ok(self
+            .0
+            .lock()
+            .gids
+            .iter()
+            .enumerate()
+            .filter_map(|(i, g)| {
+                g.map(|gid| GidEntry {
+                    index: i as u8,
+                    gid,
+                    gid_type: GidType::RoceV2,
+                })
+            })
+            .collect())
+    }
+
+    /// `ibv_find_gid_index` / `ib_find_gid`: the port and index of `gid`.
+    pub fn find_gid(&self, gid: &[u8; 16]) -> Option<(u8, u8)> {
+        self.0.check_live().ok()?;
+        let e = self.0.lock();
+        e.gids
+            .iter()
+            .position(|g| g.as_ref() == Some(gid))
+            .map(|i| (PORT, i as u8))
+    }
+
+    /// `ibv_query_pkey`.
+    pub fn query_pkey(&self, port: u8, index: u16) -> Result<u16> {
+        self.check_port(port)?;
+        self.0
+            .lock()
+            .ep
+            .pkey_table()
+            .get(index as usize)
+            .copied()
+            .ok_or(VerbsError::NoSuchPkey(index))
+    }
+
+    /// The whole P_Key table.
+    pub fn pkey_table(&self, port: u8) -> Result<Vec<u16>> {
+        self.check_port(port)?;
+        Ok(self.0.lock().ep.pkey_table().to_vec())
+    }
+
+    /// `ib_find_pkey`: the index of `pkey` (an exact match, or the same
+    /// partition with the other membership if no exact one).
+    pub fn find_pkey(&self, port: u8, pkey: u16) -> Option<u16> {
+        self.check_port(port).ok()?;
+        let e = self.0.lock();
+        let t = e.ep.pkey_table();
+        t.iter()
+            .position(|k| *k == pkey)
+            .or_else(|| t.iter().position(|k| k & 0x7fff == pkey & 0x7fff))
+            .map(|i| i as u16)
+    }
+
+    /// Replaces the P_Key table (on a real port the subnet manager sets
+    /// it; RoCE has none, so the administrator does). At most
+    /// `max_pkeys` entries, none 0 or 0x8000 (invalid partitions).
+    pub fn set_pkey_table(&self, port: u8, table: Vec<u16>) -> Result<()> {
+        self.check_port(port)?;
+        if table.is_empty() || table.len() > self.0.attr.max_pkeys as usize {
+            return Err(VerbsError::InvalidArgument(format!(
+                "a P_Key table has 1 to {} entries, not {}",
+                self.0.attr.max_pkeys,
+                table.len()
+            )));
+        }
+        if let Some(bad) = table.iter().find(|k| *k & 0x7fff == 0) {
+            return Err(VerbsError::InvalidArgument(format!(
+                "P_Key {bad:#06x} names no partition"
+            )));
+        }
+        self.0.lock().ep.set_pkey_table(table);
+        Ok(())
+    }
+
+    /// `ibv_alloc_pd`.
+    pub fn alloc_pd(&self) -> Result<Pd> {
+        self.0.check_live()?;
+        let mut e = self.0.lock();
+        if e.counts.pd >= self.0.attr.max_pd {
+            return Err(VerbsError::LimitReached {
+                kind: ObjectKind::Pd,
+                max: self.0.attr.max_pd,
+            });
+        }
+        e.counts.pd += 1;
+        let id = e.alloc_id();
+        Ok(Pd {
+            dev: self.0.clone(),
+            shared: Arc::new(PdShared::new(id)),
+        })
+    }
+
+    /// `ibv_create_cq` with room for `depth` completions.
+    pub fn create_cq(&self, depth: u32) -> Result<Cq> {
+        self.0.check_live()?;
+        if depth == 0 || depth > self.0.attr.max_cqe {
+            return Err(VerbsError::InvalidArgument(format!(
+                "CQ depth must be 1 to {}, not {depth}",
+                self.0.attr.max_cqe
+            )));
+        }
+        let mut e = self.0.lock();
+        if e.counts.cq >= self.0.attr.max_cq {
+            return Err(VerbsError::LimitReached {
+                kind: ObjectKind::Cq,
+                max: self.0.attr.max_cq,
+            });
+        }
+        e.counts.cq += 1;
+        let id = e.alloc_id();
+        Ok(Cq {
+            dev: self.0.clone(),
+            shared: Arc::new(CqShared::new(id, depth)),
+        })
+    }
+
+    pub(crate) fn destroy_cq_inner(&self, cq: &Cq) -> Result<()> {
+        cq.check_live()?;
+        let mut e = self.0.lock();
+        let users = cq.shared.users.load(Ordering::Acquire);
+        if users > 0 {
+            return Err(VerbsError::Busy {
+                kind: ObjectKind::Cq,
+                users,
+                what: "QPs complete into it",
+            });
+        }
+        if cq.shared.destroyed.swap(true, Ordering::AcqRel) {
+            return Err(VerbsError::Destroyed(ObjectKind::Cq));
+        }
+        e.counts.cq -= 1;
+        drop(e);
+        cq.wake_all();
+        Ok(())
+    }
+
+    /// Calls `f` for every asynchronous event from now on
+    /// (`ib_register_event_handler`); returns an id for
+    /// [`Device::unregister_event_handler`].
+    pub fn register_event_handler(
+        &self,
+        f: impl Fn(&AsyncEvent) + Send + Sync + 'static,
+    ) -> u64 {
+        self.0.events.register(Arc::new(f))
+    }
+
+    pub fn unregister_event_handler(&self, id: u64) -> bool {
+        self.0.events.unregister(id)
+    }
+
+    /// Stores a client's data on this device (`ib_set_client_data`).
+    pub fn set_client_data(&self, client: ClientId, data: ClientData) {
+        self.0.client_data.lock().unwrap().insert(client, data);
+    }
+
+    /// Runs `f` with a client's data on this device (`ib_get_client_data`).
+    pub fn with_client_data<R>(
+        &self,
+        client: ClientId,
+        f: impl FnOnce(Option<&mut (dyn Any + Send)>) -> R,
+    ) -> R {
+        let mut m = self.0.client_data.lock().unwrap();
+        f(m.get_mut(&client).map(|b| &mut **b))
+    }
+
+    /// Counters: the transport engine's (named as kernel rxe's
+    /// `rdma statistic` shows them) then the network layer's.
+    pub fn counters(&self) -> Vec<(String, u64)> {
+        let mut out: Vec<(String, u64)> = self
+            .0
+            .lock()
+            .ep
+            .counters()
+            .iter_counters()
+            .map(|(c, v)| (c.name().to_string(), v))
+            .collect();
+        out.extend(
+            self.0
+                .net
+                .counters()
+                .snapshot()
+                .into_iter()
+                .map(|(n, v)| (format!("net_{n}"), v)),
+        );
+        out
+    }
+
+    /// One counter by name (as in [`Device::counters`]).
+    pub fn counter(&self, name: &str) -> u64 {
+        self.counters()
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v)
+            .unwrap_or(0)
+    }
+
+    /// Starts (or with `None` stops) writing every packet to a pcap file.
+    pub fn set_capture(&self, path: Option<&std::path::Path>) -> Result<()> {
+        self.0.check_live()?;
+        let tap = match path {
+            Some(p) => Some(PcapTap::create(p)?),
+            None => None,
+        };
+        self.0.net.set_tap(tap);
+        Ok(())
+    }
+
+    /// Re-reads the host's addresses now instead of at the next monitor
+    /// tick.
+    pub fn refresh(&self) {
+        self.0.refresh_addresses();
+    }
+}
+
+impl DeviceShared {
+    pub(crate) fn check_live(&self) -> Result<()> {
+        if self.removed.load(Ordering::Acquire) {
+            Err(VerbsError::DeviceRemoved(self.name.clone()))
+        } else {
+            Ok(())
+        }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, DeviceEngine> {
+        self.engine.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// After a verb that may have queued packets or timers: send what is
+    /// ready now (on the caller's thread, for latency), deliver
+    /// completions, and tell the driver the next deadline.
+    pub(crate) fn kick(&self, mut e: MutexGuard<'_, DeviceEngine>) {
+        e.dispatch();
+        self.net.flush(&mut *e);
+        let deadline = rxe_net::Engine::poll_timeout(&mut *e);
+        drop(e);
+        self.waker.notify_deadline(deadline);
+    }
+
+    pub(crate) fn take_client_data(&self, id: ClientId) -> Option<ClientData> {
+        self.client_data.lock().unwrap().remove(&id)
+    }
+
+    pub(crate) fn max(&self) -> &DeviceAttr {
+        &self.attr
+    }
+
+    /// Brings the sockets, the GID table and the port state in line with
+    /// the host's addresses, raising `GidChange`, `PortErr` and
+    /// `PortActive` as they change.
+    fn refresh_addresses(&self) {
+        if self.removed.load(Ordering::Acquire) {
+            return;
+        }
+        let (want, netdev, mtu) = match discover(&self.target) {
+            Some((a, n, m, _)) => (a, n, m),
+            None => (vec![], String::new(), 0),
+        };
+        let have = self.net.addresses();
+        let mut changed = false;
+        for ip in have.iter().filter(|ip| !want.contains(ip)) {
+            self.net.remove_address(*ip);
+            let mut e = self.lock();
+            let g = gid_of(*ip);
+            for slot in e.gids.iter_mut().filter(|s| **s == Some(g)) {
+                *slot = None;
+            }
+            changed = true;
+        }
+        for ip in want.iter().filter(|ip| !have.contains(ip)) {
+            if let Err(err) = self.net.add_address(*ip) {
+                tracing::warn!(%ip, %err, "cannot bind a new address");
+                continue;
+            }
+            let mut e = self.lock();
+            let g = Some(gid_of(*ip));
+            match e.gids.iter().position(|s| s.is_none()) {
+                Some(i) => e.gids[i] = g,
+                None if e.gids.len() < GID_TABLE_LEN as usize => e.gids.push(g),
+                None => tracing::warn!(%ip, "GID table full"),
+            }
+            changed = true;
+        }
+        let now_active = !self.net.addresses().is_empty();
+        let mut p = self.port.lock().unwrap();
+        if !netdev.is_empty() {
+            p.netdev = netdev;
+            p.netdev_mtu = mtu;
+        }
+        let was_active = p.state == PortState::Active;
+        p.state = if now_active {
+            PortState::Active
+        } else {
+            PortState::Down
+        };
+        drop(p);
+        if changed {
+            self.events.raise(AsyncEvent::GidChange { port: PORT });
+        }
+        match (was_active, now_active) {
+            (true, false) => self.events.raise(AsyncEvent::PortErr { port: PORT }),
+            (false, true) => self.events.raise(AsyncEvent::PortActive { port: PORT }),
+            _ => {}
+        }
+    }
+}
+
+impl Device {
+    pub(crate) fn destroy_cq(&self, cq: &Cq) -> Result<()> {
+        self.destroy_cq_inner(cq)
+    }
+}

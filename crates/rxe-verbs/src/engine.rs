@@ -1,0 +1,151 @@
+//! The device's engine: the transport endpoint of its port, the MR table it
+//! reaches memory through, the GID table, and where each QP's completions
+//! go. It is what [`rxe_net::Engine`] drives, under the device's lock.
+
+use std::collections::HashMap;
+use std::sync::mpsc;
+use std::sync::Arc;
+
+use rxe_core::transport::{
+    AsyncEvent as CoreEvent, Endpoint, Instant, Key, RecvMeta, Transmit, WorkCompletion, WorkQueue,
+};
+
+use crate::cq::{overrun_event, CqShared};
+use crate::event::AsyncEvent;
+use crate::mr_table::MrTable;
+
+/// Where a QP's completions go.
+#[derive(Debug)]
+pub(crate) struct QpRoute {
+    pub send_cq: Arc<CqShared>,
+    pub recv_cq: Arc<CqShared>,
+    pub pd: u32,
+}
+
+/// Object counts, for the device limits.
+#[derive(Debug, Default)]
+pub(crate) struct Counts {
+    pub pd: u32,
+    pub ah: u32,
+    pub cq: u32,
+    pub qp: u32,
+    pub srq: u32,
+}
+
+pub(crate) struct DeviceEngine {
+    pub ep: Endpoint,
+    pub mem: MrTable,
+    /// The port's GID table; an empty slot is `None` (a removed address
+    /// leaves a hole so that the other indexes stay put, as in the kernel).
+    pub gids: Vec<Option<[u8; 16]>>,
+    pub routes: HashMap<u32, QpRoute>,
+    pub counts: Counts,
+    pub next_id: u32,
+    events: Option<mpsc::Sender<AsyncEvent>>,
+    /// Solicited flags of receive completions, by (QPN, wr_id) is not
+    /// needed: the core marks them; see `dispatch`.
+    pub completions: u64,
+}
+
+impl DeviceEngine {
+    pub fn new(ep: Endpoint, events: Option<mpsc::Sender<AsyncEvent>>) -> DeviceEngine {
+        DeviceEngine {
+            ep,
+            mem: MrTable::default(),
+            gids: Vec::new(),
+            routes: HashMap::new(),
+            counts: Counts::default(),
+            next_id: 1,
+            events,
+            completions: 0,
+        }
+    }
+
+    pub fn alloc_id(&mut self) -> u32 {
+        let id = self.next_id;
+        self.next_id = self.next_id.wrapping_add(1).max(1);
+        id
+    }
+
+    pub fn raise(&self, ev: AsyncEvent) {
+        if let Some(tx) = &self.events {
+            let _ = tx.send(ev);
+        }
+    }
+
+    /// Drops the event sender, so that the event thread can end.
+    pub fn close_events(&mut self) {
+        self.events = None;
+    }
+
+    /// Moves the endpoint's completions to their CQs and its events to the
+    /// handlers.
+    pub fn dispatch(&mut self) {
+        while let Some(wc) = self.ep.poll_completion() {
+            self.completions += 1;
+            self.deliver(wc);
+        }
+        while let Some(ev) = self.ep.poll_event() {
+            let ev = match ev {
+                CoreEvent::CommEstablished { qpn } => AsyncEvent::CommEst { qp_num: qpn },
+                CoreEvent::QpFatal { qpn } => AsyncEvent::QpFatal { qp_num: qpn },
+                CoreEvent::SqDrained { qpn } => AsyncEvent::SqDrained { qp_num: qpn },
+                CoreEvent::LastWqeReached { qpn } => AsyncEvent::QpLastWqeReached { qp_num: qpn },
+                CoreEvent::SrqLimitReached { srqn } => AsyncEvent::SrqLimitReached { srq: srqn },
+            };
+            self.raise(ev);
+        }
+    }
+
+    fn deliver(&mut self, wc: WorkCompletion) {
+        let Some(route) = self.routes.get(&wc.qp_num) else {
+            // The QP was destroyed: its work is gone, as ibv_destroy_qp says.
+            return;
+        };
+        // SEND with Invalidate: the region stops answering before the
+        // application can see the completion (IBTA 10.6.5, not checked
+        // against the text).
+        if let (WorkQueue::Recv, Some(rkey)) = (wc.queue, wc.invalidated_rkey) {
+            if !self.mem.invalidate(Key::new(rkey), route.pd) {
+                tracing::debug!(rkey, "SEND with Invalidate named no region of the QP's PD");
+            }
+        }
+        let cq = match wc.queue {
+            WorkQueue::Send => route.send_cq.clone(),
+            WorkQueue::Recv => route.recv_cq.clone(),
+        };
+        if !cq.push(wc, wc.solicited) {
+            self.raise(overrun_event(&cq));
+        }
+    }
+
+    fn gid(&self, index: u8) -> Option<[u8; 16]> {
+        self.gids.get(index as usize).copied().flatten()
+    }
+}
+
+impl rxe_net::Engine for DeviceEngine {
+    fn handle(&mut self, now: Instant, meta: &RecvMeta, packet: &[u8]) {
+        self.ep.handle(now, meta, packet, &mut self.mem);
+    }
+
+    fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        self.ep.poll_transmit(now, &mut self.mem, buf)
+    }
+
+    fn poll_timeout(&mut self) -> Option<Instant> {
+        self.ep.poll_timeout()
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        self.ep.handle_timeout(now);
+    }
+
+    fn source_gid(&self, sgid_index: u8) -> Option<[u8; 16]> {
+        self.gid(sgid_index)
+    }
+
+    fn after_batch(&mut self) {
+        self.dispatch();
+    }
+}

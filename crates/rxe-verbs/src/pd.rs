@@ -1,0 +1,89 @@
+//! Protection domains (`ibv_alloc_pd`): the boundary that keeps one
+//! application's QPs away from another's memory. A QP reaches only the
+//! memory regions of its own PD, for its local scatter/gather lists and for
+//! remote requests alike (IBTA 10.2.3, 10.6.3).
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use crate::device::{Device, DeviceShared};
+use crate::error::{ObjectKind, Result, VerbsError};
+
+#[derive(Debug)]
+pub(crate) struct PdShared {
+    pub id: u32,
+    /// MRs, QPs, AHs and SRQs allocated in it.
+    pub users: AtomicUsize,
+    pub destroyed: AtomicBool,
+}
+
+impl PdShared {
+    pub fn new(id: u32) -> PdShared {
+        PdShared {
+            id,
+            users: AtomicUsize::new(0),
+            destroyed: AtomicBool::new(false),
+        }
+    }
+}
+
+/// A protection domain. Handles are cheap clones of one PD.
+#[derive(Clone)]
+pub struct Pd {
+    pub(crate) dev: Arc<DeviceShared>,
+    pub(crate) shared: Arc<PdShared>,
+}
+
+impl std::fmt::Debug for Pd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pd").field("id", &self.shared.id).finish()
+    }
+}
+
+impl Pd {
+    /// The PD's handle number on its device.
+    pub fn id(&self) -> u32 {
+        self.shared.id
+    }
+
+    pub fn device(&self) -> Device {
+        Device(self.dev.clone())
+    }
+
+    pub(crate) fn check_live(&self) -> Result<()> {
+        self.dev.check_live()?;
+        if self.shared.destroyed.load(Ordering::Acquire) {
+            return Err(VerbsError::Destroyed(ObjectKind::Pd));
+        }
+        Ok(())
+    }
+
+    /// Checks that `other` is of the same device as this PD.
+    pub(crate) fn same_device(&self, other: &Arc<DeviceShared>, kind: ObjectKind) -> Result<()> {
+        if Arc::ptr_eq(&self.dev, other) {
+            Ok(())
+        } else {
+            Err(VerbsError::WrongDevice(kind))
+        }
+    }
+
+    /// `ibv_dealloc_pd`: refused with [`VerbsError::Busy`] while MRs, QPs,
+    /// AHs or SRQs still use the PD.
+    pub fn dealloc(&self) -> Result<()> {
+        self.check_live()?;
+        let mut e = self.dev.lock();
+        let users = self.shared.users.load(Ordering::Acquire);
+        if users > 0 {
+            return Err(VerbsError::Busy {
+                kind: ObjectKind::Pd,
+                users,
+                what: "MRs, QPs, AHs or SRQs are allocated in it",
+            });
+        }
+        if self.shared.destroyed.swap(true, Ordering::AcqRel) {
+            return Err(VerbsError::Destroyed(ObjectKind::Pd));
+        }
+        e.counts.pd -= 1;
+        Ok(())
+    }
+}

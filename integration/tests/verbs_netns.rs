@@ -1,0 +1,152 @@
+//! Port and GID events when the host's addresses change, inside a network
+//! namespace of the test's own (veth pair, 10.98.0.0/24 and fd98::/64), so
+//! that the host's network is never touched.
+//!
+//! The outer test creates the namespace and runs this same test binary
+//! inside it (`ip netns exec`) with the inner test selected. It needs root
+//! and iproute2; without them it fails loudly, unless `RXE_SKIP_NETNS=1`.
+
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rxe_verbs::*;
+
+fn sh(cmd: &str) {
+    let st = Command::new("sh").arg("-c").arg(cmd).status().expect("sh");
+    assert!(st.success(), "`{cmd}` failed");
+}
+
+fn wait_for(events: &Arc<Mutex<Vec<AsyncEvent>>>, want: AsyncEvent) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if events.lock().unwrap().contains(&want) {
+            events.lock().unwrap().clear();
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {want:?}; got {:?}",
+            events.lock().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn port_and_gid_events_follow_the_hosts_addresses() {
+    if std::env::var_os("RXE_SKIP_NETNS").is_some() {
+        eprintln!("SKIPPED: RXE_SKIP_NETNS is set");
+        return;
+    }
+    let ns = format!("rxe-it-{}", std::process::id());
+    let created = Command::new("ip").args(["netns", "add", &ns]).status();
+    match created {
+        Ok(s) if s.success() => {}
+        other => panic!(
+            "cannot create a network namespace ({other:?}): this test needs root and iproute2; \
+             set RXE_SKIP_NETNS=1 to skip it"
+        ),
+    }
+    let exe = std::env::current_exe().unwrap();
+    let out = Command::new("ip")
+        .args(["netns", "exec", &ns])
+        .arg(&exe)
+        .args(["--exact", "inner_port_events", "--ignored", "--nocapture"])
+        .env("RXE_IN_NETNS", "1")
+        .output()
+        .expect("ip netns exec");
+    let _ = Command::new("ip").args(["netns", "del", &ns]).status();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "inner test failed:\n{text}");
+    assert!(text.contains("1 passed"), "inner test did not run:\n{text}");
+}
+
+/// Runs inside the namespace only (the outer test starts it).
+#[test]
+#[ignore = "run by port_and_gid_events_follow_the_hosts_addresses inside a namespace"]
+fn inner_port_events() {
+    assert!(
+        std::env::var_os("RXE_IN_NETNS").is_some(),
+        "run only inside the test's namespace"
+    );
+    sh("ip link set lo up");
+    sh("ip link add v0 type veth peer name v1");
+    sh("ip link set v1 up && ip link set v0 up");
+    sh("ip addr add 10.98.0.1/24 dev v0");
+
+    // A device on one address: the address goes, the port goes down.
+    let dev = Device::add(DeviceConfig::on_address("10.98.0.1".parse().unwrap())).unwrap();
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let e = events.clone();
+    dev.register_event_handler(move |ev| e.lock().unwrap().push(*ev));
+    assert_eq!(dev.query_port(1).unwrap().state, PortState::Active);
+    assert_eq!(dev.query_port(1).unwrap().netdev, "v0");
+    sh("ip addr del 10.98.0.1/24 dev v0");
+    dev.refresh();
+    wait_for(&events, AsyncEvent::PortErr { port: 1 });
+    assert_eq!(dev.query_port(1).unwrap().state, PortState::Down);
+    assert!(dev.gid_table(1).unwrap().is_empty());
+    sh("ip addr add 10.98.0.1/24 dev v0");
+    dev.refresh();
+    wait_for(&events, AsyncEvent::PortActive { port: 1 });
+    assert_eq!(dev.gid_table(1).unwrap().len(), 1);
+    // Interface down: port down too.
+    sh("ip link set v0 down");
+    dev.refresh();
+    wait_for(&events, AsyncEvent::PortErr { port: 1 });
+    sh("ip link set v0 up");
+    dev.refresh();
+    wait_for(&events, AsyncEvent::PortActive { port: 1 });
+    dev.remove().unwrap();
+
+    // A device on the interface: every address is a GID, kept current.
+    sh("ip addr add 10.98.0.7/24 dev v0");
+    let dev = Device::add(DeviceConfig::on_interface("v0")).unwrap();
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let e = events.clone();
+    dev.register_event_handler(move |ev| e.lock().unwrap().push(*ev));
+    let ips = |d: &Device| -> Vec<std::net::IpAddr> {
+        let mut v: Vec<_> = d
+            .gid_table(1)
+            .unwrap()
+            .iter()
+            .map(|g| ip_of_gid(g.gid))
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        ips(&dev),
+        vec![
+            "10.98.0.1".parse::<std::net::IpAddr>().unwrap(),
+            "10.98.0.7".parse().unwrap()
+        ]
+    );
+    sh("ip addr add 10.98.0.9/24 dev v0");
+    dev.refresh();
+    wait_for(&events, AsyncEvent::GidChange { port: 1 });
+    assert_eq!(ips(&dev).len(), 3);
+    sh("ip addr del 10.98.0.7/24 dev v0");
+    dev.refresh();
+    wait_for(&events, AsyncEvent::GidChange { port: 1 });
+    assert_eq!(ips(&dev).len(), 2);
+    // The MAC of the interface makes the node GUID (EUI-64).
+    let mac = std::fs::read_to_string("/sys/class/net/v0/address").unwrap();
+    let m: Vec<u8> = mac
+        .trim()
+        .split(':')
+        .map(|h| u8::from_str_radix(h, 16).unwrap())
+        .collect();
+    let guid = dev.query_device().unwrap().node_guid.to_be_bytes();
+    assert_eq!(
+        guid,
+        [m[0] ^ 2, m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]],
+        "EUI-64 from the MAC"
+    );
+    dev.remove().unwrap();
+}
