@@ -152,6 +152,7 @@ impl Cq {
     /// returns how many were added.
     pub fn poll_into(&self, max: usize, out: &mut Vec<WorkCompletion>) -> Result<usize> {
         self.check_live()?;
+        self.progress_if_empty();
         let mut s = self.shared.state.lock().unwrap();
         if s.wcs.is_empty() && s.overrun {
             return Err(VerbsError::CqOverrun);
@@ -164,11 +165,21 @@ impl Cq {
     /// One completion, if any.
     pub fn poll_one(&self) -> Result<Option<WorkCompletion>> {
         self.check_live()?;
+        self.progress_if_empty();
         let mut s = self.shared.state.lock().unwrap();
         if s.wcs.is_empty() && s.overrun {
             return Err(VerbsError::CqOverrun);
         }
         Ok(s.wcs.pop_front())
+    }
+
+    /// An empty poll does the device's pending receive work on this thread
+    /// (see `DeviceShared::progress`), so that a busy-polling application
+    /// does not wait for the driver thread's turn on the CPU.
+    fn progress_if_empty(&self) {
+        if self.shared.state.lock().unwrap().wcs.is_empty() {
+            self.dev.progress();
+        }
     }
 
     /// Completions lost to an overrun.

@@ -597,6 +597,23 @@ impl DeviceShared {
         self.waker.notify_deadline(deadline);
     }
 
+    /// Busy-poll progress (as NAPI busy polling does for sockets): a
+    /// thread that polls an empty CQ does the device's receive work itself,
+    /// if nobody else is doing it at this moment, instead of waiting for
+    /// the driver thread to be scheduled. On a loaded machine that wait is
+    /// a scheduler time slice, milliseconds.
+    pub(crate) fn progress(&self) {
+        let Ok(mut e) = self.engine.try_lock() else {
+            return;
+        };
+        self.net.receive(&mut *e);
+        let now = self.net.clock().now();
+        if rxe_net::Engine::poll_timeout(&mut *e).is_some_and(|t| t <= now) {
+            rxe_net::Engine::handle_timeout(&mut *e, now);
+        }
+        self.kick(e);
+    }
+
     pub(crate) fn take_client_data(&self, id: ClientId) -> Option<ClientData> {
         self.client_data.lock().unwrap().remove(&id)
     }

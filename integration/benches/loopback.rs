@@ -1,0 +1,270 @@
+//! rxe against raw UDP on the same machine, in the same run: streaming
+//! throughput (RC RDMA WRITE of 64 KiB messages at MTU 4096 against a raw
+//! UDP sender of 4 KiB datagrams) and round-trip latency (RC SEND
+//! ping-pong against a raw UDP ping-pong), over loopback.
+//!
+//! `cargo bench -p rxe-integration --bench loopback` (add `-- --secs N` to
+//! run each phase longer). The machine is noisy: compare the ratios, and
+//! run it twice.
+
+use std::net::UdpSocket;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rxe_core::transport::Psn;
+use rxe_integration::verbs_harness::*;
+use rxe_verbs::*;
+
+fn secs() -> f64 {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == "--secs")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2.0)
+}
+
+/// Raw UDP: one thread sends 4 KiB datagrams as fast as it can, the other
+/// receives; the rate is what arrived.
+fn raw_udp_stream(d: Duration) -> f64 {
+    let rx = UdpSocket::bind("127.0.40.2:0").unwrap();
+    rx.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+    let to = rx.local_addr().unwrap();
+    let tx = UdpSocket::bind("127.0.40.1:0").unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let got = Arc::new(AtomicU64::new(0));
+    let (s, g) = (stop.clone(), got.clone());
+    let r = std::thread::spawn(move || {
+        let mut buf = vec![0u8; 9000];
+        while !s.load(Ordering::Relaxed) {
+            if let Ok(n) = rx.recv(&mut buf) {
+                g.fetch_add(n as u64, Ordering::Relaxed);
+            }
+        }
+    });
+    let payload = vec![7u8; 4096];
+    let start = Instant::now();
+    while start.elapsed() < d {
+        for _ in 0..64 {
+            let _ = tx.send_to(&payload, to);
+        }
+    }
+    let el = start.elapsed().as_secs_f64();
+    std::thread::sleep(Duration::from_millis(50));
+    stop.store(true, Ordering::Relaxed);
+    r.join().unwrap();
+    got.load(Ordering::Relaxed) as f64 / el
+}
+
+fn raw_udp_pingpong(d: Duration) -> (f64, u64) {
+    let a = UdpSocket::bind("127.0.41.1:0").unwrap();
+    let b = UdpSocket::bind("127.0.41.2:0").unwrap();
+    let (aa, ba) = (a.local_addr().unwrap(), b.local_addr().unwrap());
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    b.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+    let echo = std::thread::spawn(move || {
+        let mut buf = [0u8; 64];
+        while !s.load(Ordering::Relaxed) {
+            if let Ok(n) = b.recv(&mut buf) {
+                let _ = b.send_to(&buf[..n], aa);
+            }
+        }
+    });
+    let mut buf = [0u8; 64];
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed() < d {
+        a.send_to(&buf.clone(), ba).unwrap();
+        a.recv(&mut buf).unwrap();
+        n += 1;
+    }
+    let el = start.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    echo.join().unwrap();
+    (el / n as f64 * 1e6, n)
+}
+
+/// RC RDMA WRITE of 64 KiB messages, 16 outstanding, MTU 4096.
+fn rxe_write_stream(a: &Node, b: &Node, d: Duration) -> f64 {
+    let qa = a.qp(QpType::Rc);
+    let qb = b.qp(QpType::Rc);
+    up_4096(&qa, qb.qp_num(), b.gid());
+    up_4096(&qb, qa.qp_num(), a.gid());
+    let size = 65536u32;
+    let wr = |i: u64| SendWr {
+        wr_id: i,
+        op: SendOp::RdmaWrite {
+            remote_addr: b.mr.addr(),
+            rkey: b.mr.rkey(),
+        },
+        data: SendData::Sges(vec![a.mr.sge(0, size)]),
+        signaled: true,
+        fence: false,
+        solicited: false,
+        ud: None,
+    };
+    let mut outstanding = 0;
+    let mut done = 0u64;
+    let mut wcs = Vec::with_capacity(32);
+    let start = Instant::now();
+    let mut i = 0;
+    while start.elapsed() < d {
+        while outstanding < 16 {
+            qa.post_send(wr(i)).unwrap();
+            i += 1;
+            outstanding += 1;
+        }
+        wcs.clear();
+        a.cq.poll_into(32, &mut wcs).unwrap();
+        for wc in &wcs {
+            assert_eq!(wc.status, WcStatus::Success);
+        }
+        outstanding -= wcs.len();
+        done += wcs.len() as u64;
+    }
+    let el = start.elapsed().as_secs_f64();
+    while outstanding > 0 {
+        outstanding -= wait_cq(&a.cq, 1).len();
+    }
+    done as f64 * size as f64 / el
+}
+
+fn up_4096(qp: &Qp, dest: u32, dgid: [u8; 16]) {
+    qp.modify(&QpAttr {
+        qp_state: Some(QpState::Init),
+        pkey_index: Some(0),
+        port_num: Some(1),
+        access_flags: Some(all_access()),
+        ..Default::default()
+    })
+    .unwrap();
+    qp.modify(&QpAttr {
+        qp_state: Some(QpState::Rtr),
+        av: Some(AddressVector {
+            dgid,
+            hop_limit: 64,
+            ..Default::default()
+        }),
+        path_mtu: Some(PathMtu::Mtu4096),
+        dest_qpn: Some(dest),
+        rq_psn: Some(Psn::new(0)),
+        max_dest_rd_atomic: Some(16),
+        min_rnr_timer: Some(1),
+        ..Default::default()
+    })
+    .unwrap();
+    qp.modify(&QpAttr {
+        qp_state: Some(QpState::Rts),
+        sq_psn: Some(Psn::new(0)),
+        timeout: Some(14),
+        retry_cnt: Some(7),
+        rnr_retry: Some(7),
+        max_rd_atomic: Some(16),
+        ..Default::default()
+    })
+    .unwrap();
+}
+
+/// RC SEND ping-pong of 64 bytes, both sides busy-polling.
+fn rxe_pingpong(a: &Node, b: &Node, d: Duration) -> (f64, u64) {
+    let (qa, qb) = pair(a, b, QpType::Rc);
+    let send = |qp: &Qp, n: &Node, i: u64| {
+        qp.post_send(SendWr {
+            wr_id: i,
+            op: SendOp::Send,
+            data: SendData::Sges(vec![n.mr.sge(0, 64)]),
+            signaled: false,
+            fence: false,
+            solicited: false,
+            ud: None,
+        })
+        .unwrap()
+    };
+    let recv = |qp: &Qp, n: &Node, i: u64| {
+        qp.post_recv(RecvWr {
+            wr_id: i,
+            sg_list: vec![n.mr.sge(4096, 64)],
+        })
+        .unwrap()
+    };
+    for i in 0..64 {
+        recv(&qa, a, i);
+        recv(&qb, b, i);
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    let (qb2, bcq, bmr) = (qb.clone(), b.cq.clone(), b.mr.clone());
+    let echo = std::thread::spawn(move || {
+        let mut i = 0;
+        while !s.load(Ordering::Relaxed) {
+            if let Some(wc) = bcq.poll_one().unwrap() {
+                if wc.queue == WorkQueue::Recv {
+                    qb2.post_recv(RecvWr {
+                        wr_id: i,
+                        sg_list: vec![bmr.sge(4096, 64)],
+                    })
+                    .unwrap();
+                    qb2.post_send(SendWr {
+                        wr_id: i,
+                        op: SendOp::Send,
+                        data: SendData::Sges(vec![bmr.sge(0, 64)]),
+                        signaled: false,
+                        fence: false,
+                        solicited: false,
+                        ud: None,
+                    })
+                    .unwrap();
+                    i += 1;
+                }
+            }
+        }
+    });
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed() < d {
+        send(&qa, a, n);
+        loop {
+            if let Some(wc) = a.cq.poll_one().unwrap() {
+                if wc.queue == WorkQueue::Recv {
+                    break;
+                }
+            }
+        }
+        recv(&qa, a, n);
+        n += 1;
+    }
+    let el = start.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    echo.join().unwrap();
+    (el / n as f64 * 1e6, n)
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; `cargo test` runs benches only with
+    // `--benches`, and then this is a quick smoke run.
+    let d = Duration::from_secs_f64(secs());
+    let a = Node::new("127.0.42.1");
+    let b = Node::new("127.0.42.2");
+    let udp = raw_udp_stream(d);
+    let rxe = rxe_write_stream(&a, &b, d);
+    let (udp_rtt, udp_n) = raw_udp_pingpong(d);
+    let (rxe_rtt, rxe_n) = rxe_pingpong(&a, &b, d);
+    println!("loopback, {:.1} s per phase, {} cores", d.as_secs_f64(), std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    println!(
+        "throughput  raw UDP 4 KiB datagrams   {:8.1} MB/s",
+        udp / 1e6
+    );
+    println!(
+        "throughput  rxe RC WRITE 64 KiB, MTU 4096 {:6.1} MB/s   ratio rxe/UDP {:.2}",
+        rxe / 1e6,
+        rxe / udp
+    );
+    println!("latency     raw UDP 64 B ping-pong     {udp_rtt:8.1} us RTT ({udp_n} round trips)");
+    println!(
+        "latency     rxe RC SEND 64 B ping-pong  {rxe_rtt:8.1} us RTT ({rxe_n} round trips)   ratio rxe/UDP {:.2}",
+        rxe_rtt / udp_rtt
+    );
+    println!("rxe counters (sender): sent_pkts {}, retransmits {}", a.dev.counter("sent_pkts"), a.dev.counter("completer_retry_err"));
+}
