@@ -29,7 +29,8 @@ fn secs() -> f64 {
 /// receives; the rate is what arrived.
 fn raw_udp_stream(d: Duration) -> f64 {
     let rx = UdpSocket::bind("127.0.40.2:0").unwrap();
-    rx.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+    rx.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
     let to = rx.local_addr().unwrap();
     let tx = UdpSocket::bind("127.0.40.1:0").unwrap();
     let stop = Arc::new(AtomicBool::new(false));
@@ -63,7 +64,8 @@ fn raw_udp_pingpong(d: Duration) -> (f64, u64) {
     let (aa, ba) = (a.local_addr().unwrap(), b.local_addr().unwrap());
     let stop = Arc::new(AtomicBool::new(false));
     let s = stop.clone();
-    b.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+    b.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
     let echo = std::thread::spawn(move || {
         let mut buf = [0u8; 64];
         while !s.load(Ordering::Relaxed) {
@@ -251,7 +253,13 @@ fn main() {
     let rxe = rxe_write_stream(&a, &b, d);
     let (udp_rtt, udp_n) = raw_udp_pingpong(d);
     let (rxe_rtt, rxe_n) = rxe_pingpong(&a, &b, d);
-    println!("loopback, {:.1} s per phase, {} cores", d.as_secs_f64(), std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    println!(
+        "loopback, {:.1} s per phase, {} cores",
+        d.as_secs_f64(),
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    );
     println!(
         "throughput  raw UDP 4 KiB datagrams   {:8.1} MB/s",
         udp / 1e6
@@ -266,5 +274,9 @@ fn main() {
         "latency     rxe RC SEND 64 B ping-pong  {rxe_rtt:8.1} us RTT ({rxe_n} round trips)   ratio rxe/UDP {:.2}",
         rxe_rtt / udp_rtt
     );
-    println!("rxe counters (sender): sent_pkts {}, retransmits {}", a.dev.counter("sent_pkts"), a.dev.counter("completer_retry_err"));
+    println!(
+        "rxe counters (sender): sent_pkts {}, retransmits {}",
+        a.dev.counter("sent_pkts"),
+        a.dev.counter("completer_retry_err")
+    );
 }

@@ -4,11 +4,11 @@
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
+use rxe_core::transport::Psn;
 use rxe_verbs::{
     AccessFlags, AddressVector, Cq, Device, DeviceConfig, Mr, PathMtu, Pd, Qp, QpAttr, QpCap,
     QpInitAttr, QpState, QpType, WorkCompletion,
 };
-use rxe_core::transport::Psn;
 
 /// A device on one loopback address with a PD, a CQ and one MR.
 pub struct Node {

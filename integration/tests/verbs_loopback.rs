@@ -30,7 +30,9 @@ fn recv_wr(wr_id: u64, sges: Vec<Sge>) -> RecvWr {
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
 }
 
 fn ok(wcs: &[WorkCompletion]) {
@@ -60,7 +62,10 @@ fn rc_every_operation_between_two_devices() {
     ok(&wa);
     ok(&wb);
     assert_eq!(wa[0].opcode, WcOpcode::Send);
-    assert_eq!((wb[0].opcode, wb[0].byte_len, wb[0].wr_id), (WcOpcode::Recv, 65535, 1));
+    assert_eq!(
+        (wb[0].opcode, wb[0].byte_len, wb[0].wr_id),
+        (WcOpcode::Recv, 65535, 1)
+    );
     let mut got = vec![0u8; msg.len()];
     b.mr.read(0, &mut got).unwrap();
     assert_eq!(got, msg);
@@ -115,7 +120,10 @@ fn rc_every_operation_between_two_devices() {
     ok(&a.wait(1));
     let wb = b.wait(1);
     ok(&wb);
-    assert_eq!((wb[0].opcode, wb[0].imm_data, wb[0].byte_len), (WcOpcode::RecvRdmaWithImm, Some(42), 100));
+    assert_eq!(
+        (wb[0].opcode, wb[0].imm_data, wb[0].byte_len),
+        (WcOpcode::RecvRdmaWithImm, Some(42), 100)
+    );
 
     // RDMA READ of 3000 bytes into A at offset 20000.
     let r = pattern(3000, 77);
@@ -191,7 +199,8 @@ fn rc_every_operation_between_two_devices() {
         ..send_wr(14, SendOp::Send, vec![a.mr.sge(0, 16)])
     })
     .unwrap();
-    qa.post_send(send_wr(15, SendOp::Send, vec![a.mr.sge(0, 16)])).unwrap();
+    qa.post_send(send_wr(15, SendOp::Send, vec![a.mr.sge(0, 16)]))
+        .unwrap();
     let wa = a.wait(1);
     assert_eq!(wa[0].wr_id, 15);
     ok(&b.wait(2));
@@ -207,8 +216,14 @@ fn send_with_invalidate_invalidates_the_responders_region() {
     let (qa, qb) = pair(&a, &b, QpType::Rc);
     let target = b.pd.reg_mr_zeroed(4096, all_access()).unwrap();
     qb.post_recv(recv_wr(1, vec![b.mr.sge(0, 64)])).unwrap();
-    qa.post_send(send_wr(2, SendOp::SendWithInv { rkey: target.rkey() }, vec![a.mr.sge(0, 8)]))
-        .unwrap();
+    qa.post_send(send_wr(
+        2,
+        SendOp::SendWithInv {
+            rkey: target.rkey(),
+        },
+        vec![a.mr.sge(0, 8)],
+    ))
+    .unwrap();
     ok(&a.wait(1));
     let wb = b.wait(1);
     ok(&wb);
@@ -236,7 +251,8 @@ fn uc_send_and_write() {
     let msg = pattern(4000, 3);
     a.mr.write(0, &msg).unwrap();
     qb.post_recv(recv_wr(1, vec![b.mr.sge(0, 4096)])).unwrap();
-    qa.post_send(send_wr(2, SendOp::Send, vec![a.mr.sge(0, 4000)])).unwrap();
+    qa.post_send(send_wr(2, SendOp::Send, vec![a.mr.sge(0, 4000)]))
+        .unwrap();
     ok(&a.wait(1));
     let wb = b.wait(1);
     ok(&wb);
@@ -259,7 +275,10 @@ fn uc_send_and_write() {
         if got == msg {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "UC WRITE never landed");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "UC WRITE never landed"
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
 }
@@ -272,9 +291,8 @@ fn ud_send_grh_and_reply_through_an_ah_from_the_completion() {
     let qb = b.qp(QpType::Ud);
     ud_up(&qa, 0x1111_1111, 0);
     ud_up(&qb, 0x1111_1111, 0);
-    let ah = a
-        .pd
-        .create_ah(&AhAttr {
+    let ah =
+        a.pd.create_ah(&AhAttr {
             dgid: b.gid(),
             sgid_index: 0,
             hop_limit: 64,
@@ -309,7 +327,8 @@ fn ud_send_grh_and_reply_through_an_ah_from_the_completion() {
     // UD QPs of A's peer.
     let back = b.pd.create_ah_from_wc(1, &wb[0], &grh).unwrap();
     assert_eq!(back.address_vector().dgid, a.gid());
-    qa.post_recv(recv_wr(3, vec![a.mr.sge(2000, 1040)])).unwrap();
+    qa.post_recv(recv_wr(3, vec![a.mr.sge(2000, 1040)]))
+        .unwrap();
     b.mr.write(5000, b"pong").unwrap();
     qb.post_send(SendWr {
         ud: Some(back.ud_dest(qa.qp_num(), 0x1111_1111)),
@@ -322,7 +341,8 @@ fn ud_send_grh_and_reply_through_an_ah_from_the_completion() {
     assert_eq!(wa[0].src_qp, qb.qp_num());
     let qb2 = b.qp(QpType::Ud);
     ud_up(&qb2, 0x1111_1111, 0);
-    qa.post_recv(recv_wr(5, vec![a.mr.sge(3000, 1040)])).unwrap();
+    qa.post_recv(recv_wr(5, vec![a.mr.sge(3000, 1040)]))
+        .unwrap();
     qb2.post_send(SendWr {
         ud: Some(back.ud_dest(qa.qp_num(), 0x1111_1111)),
         ..send_wr(6, SendOp::Send, vec![b.mr.sge(5000, 4)])
@@ -339,7 +359,10 @@ fn ud_send_grh_and_reply_through_an_ah_from_the_completion() {
             ..send_wr(7, SendOp::Send, vec![a.mr.sge(0, 5000)])
         })
         .unwrap_err();
-    assert!(matches!(e, VerbsError::Post(PostError::MessageTooLarge { .. })), "{e}");
+    assert!(
+        matches!(e, VerbsError::Post(PostError::MessageTooLarge { .. })),
+        "{e}"
+    );
 }
 
 #[test]
@@ -350,9 +373,8 @@ fn wrong_qkey_is_dropped_and_counted() {
     let qb = b.qp(QpType::Ud);
     ud_up(&qa, 0x1111_1111, 0);
     ud_up(&qb, 0x2222_2222, 0);
-    let ah = a
-        .pd
-        .create_ah(&AhAttr {
+    let ah =
+        a.pd.create_ah(&AhAttr {
             dgid: b.gid(),
             port_num: 1,
             hop_limit: 64,
@@ -392,7 +414,8 @@ fn pkey_mismatch_is_dropped_and_counted() {
     connect(&qb, qa.qp_num(), a.gid(), 2, 1);
     // retry_cnt 7 (seven retries) at timeout 14 (67 ms): about 0.5 s.
     qb.post_recv(recv_wr(1, vec![b.mr.sge(0, 64)])).unwrap();
-    qa.post_send(send_wr(2, SendOp::Send, vec![a.mr.sge(0, 8)])).unwrap();
+    qa.post_send(send_wr(2, SendOp::Send, vec![a.mr.sge(0, 8)]))
+        .unwrap();
     let wa = a.wait(1);
     assert_eq!(wa[0].status, WcStatus::RetryExcErr);
     assert!(b.dev.counter("drop_pkey_mismatch") >= 1);
@@ -407,7 +430,8 @@ fn pd_isolation_locally_and_remotely() {
     // Locally: an SGE with the L_Key of another PD's region.
     let other_pd = a.dev.alloc_pd().unwrap();
     let foreign = other_pd.reg_mr_zeroed(4096, all_access()).unwrap();
-    qa.post_send(send_wr(1, SendOp::Send, vec![foreign.sge(0, 8)])).unwrap();
+    qa.post_send(send_wr(1, SendOp::Send, vec![foreign.sge(0, 8)]))
+        .unwrap();
     let wa = a.wait(1);
     assert_eq!(wa[0].status, WcStatus::LocProtErr);
     // The QP is in ERR now; bring up a fresh pair for the remote check.
@@ -425,7 +449,11 @@ fn pd_isolation_locally_and_remotely() {
     .unwrap();
     let wa = a.wait(1);
     assert_eq!((wa[0].wr_id, wa[0].status), (2, WcStatus::RemAccessErr));
-    assert_eq!(b_foreign.to_vec().unwrap(), vec![0u8; 4096], "nothing was written");
+    assert_eq!(
+        b_foreign.to_vec().unwrap(),
+        vec![0u8; 4096],
+        "nothing was written"
+    );
 }
 
 #[test]
@@ -450,10 +478,9 @@ fn mr_bounds_rights_and_stale_keys() {
         rkey: b.mr.rkey(),
     });
     // A region without REMOTE_READ.
-    let wo = b
-        .pd
-        .reg_mr_zeroed(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
-        .unwrap();
+    let wo =
+        b.pd.reg_mr_zeroed(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
+            .unwrap();
     check(SendOp::RdmaRead {
         remote_addr: wo.addr(),
         rkey: wo.rkey(),
@@ -470,10 +497,9 @@ fn mr_bounds_rights_and_stale_keys() {
         rkey: old_key,
     });
     // Registration rules.
-    let e = b
-        .pd
-        .reg_mr_zeroed(16, AccessFlags::REMOTE_WRITE)
-        .unwrap_err();
+    let e =
+        b.pd.reg_mr_zeroed(16, AccessFlags::REMOTE_WRITE)
+            .unwrap_err();
     assert!(matches!(e, VerbsError::InvalidArgument(_)), "{e}");
 }
 
@@ -512,22 +538,34 @@ fn object_life_cycles_and_refused_deallocations() {
     let e = qp.post_recv(recv_wr(1, vec![])).unwrap_err();
     assert!(matches!(e, VerbsError::Post(PostError::QpHasSrq)), "{e}");
     qp.destroy().unwrap();
-    assert!(matches!(qp.destroy(), Err(VerbsError::Destroyed(ObjectKind::Qp))));
+    assert!(matches!(
+        qp.destroy(),
+        Err(VerbsError::Destroyed(ObjectKind::Qp))
+    ));
     cq.destroy().unwrap();
     srq.destroy().unwrap();
     busy(pd.dealloc(), ObjectKind::Pd);
     ah.destroy().unwrap();
     busy(pd.dealloc(), ObjectKind::Pd);
     assert_eq!(mr.dereg().unwrap(), vec![1, 2, 3]);
-    assert!(matches!(mr.read(0, &mut [0]), Err(VerbsError::Destroyed(ObjectKind::Mr))));
+    assert!(matches!(
+        mr.read(0, &mut [0]),
+        Err(VerbsError::Destroyed(ObjectKind::Mr))
+    ));
     pd.dealloc().unwrap();
-    assert!(matches!(pd.alloc_check(), Err(VerbsError::Destroyed(ObjectKind::Pd))));
+    assert!(matches!(
+        pd.alloc_check(),
+        Err(VerbsError::Destroyed(ObjectKind::Pd))
+    ));
     // Objects of a removed device fail with DeviceRemoved.
     let dev = a.dev.clone();
     let pd2 = dev.alloc_pd().unwrap();
     dev.remove().unwrap();
     assert!(matches!(pd2.dealloc(), Err(VerbsError::DeviceRemoved(_))));
-    assert!(matches!(dev.query_port(1), Err(VerbsError::DeviceRemoved(_))));
+    assert!(matches!(
+        dev.query_port(1),
+        Err(VerbsError::DeviceRemoved(_))
+    ));
 }
 
 trait AllocCheck {
@@ -543,14 +581,28 @@ impl AllocCheck for Pd {
 #[test]
 fn bad_verbs_calls_get_typed_errors() {
     let a = Node::new("127.0.19.1");
-    assert!(matches!(a.dev.create_cq(0), Err(VerbsError::InvalidArgument(_))));
-    assert!(matches!(a.dev.query_port(2), Err(VerbsError::NoSuchPort(2))));
-    assert!(matches!(a.dev.query_gid(1, 5), Err(VerbsError::NoSuchGid(5))));
-    assert!(matches!(a.dev.query_pkey(1, 3), Err(VerbsError::NoSuchPkey(3))));
-    assert!(matches!(a.dev.set_pkey_table(1, vec![0x8000]), Err(VerbsError::InvalidArgument(_))));
-    let e = a
-        .pd
-        .create_ah(&AhAttr {
+    assert!(matches!(
+        a.dev.create_cq(0),
+        Err(VerbsError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        a.dev.query_port(2),
+        Err(VerbsError::NoSuchPort(2))
+    ));
+    assert!(matches!(
+        a.dev.query_gid(1, 5),
+        Err(VerbsError::NoSuchGid(5))
+    ));
+    assert!(matches!(
+        a.dev.query_pkey(1, 3),
+        Err(VerbsError::NoSuchPkey(3))
+    ));
+    assert!(matches!(
+        a.dev.set_pkey_table(1, vec![0x8000]),
+        Err(VerbsError::InvalidArgument(_))
+    ));
+    let e =
+        a.pd.create_ah(&AhAttr {
             dgid: a.gid(),
             sgid_index: 9,
             port_num: 1,
@@ -578,9 +630,8 @@ fn bad_verbs_calls_get_typed_errors() {
     assert!(matches!(e, VerbsError::PortBusy { .. }), "{e}");
     // A CQ of another device.
     let b = Node::new("127.0.19.2");
-    let e = a
-        .pd
-        .create_qp(&QpInitAttr {
+    let e =
+        a.pd.create_qp(&QpInitAttr {
             qp_type: QpType::Rc,
             send_cq: &b.cq,
             recv_cq: &a.cq,
@@ -598,10 +649,10 @@ fn srq_shared_by_two_qps_with_its_limit_event() {
     let b = Node::new("127.0.20.2");
     let events = Arc::new(Mutex::new(Vec::new()));
     let ev = events.clone();
-    b.dev.register_event_handler(move |e| ev.lock().unwrap().push(*e));
-    let srq = b
-        .pd
-        .create_srq(&SrqInitAttr {
+    b.dev
+        .register_event_handler(move |e| ev.lock().unwrap().push(*e));
+    let srq =
+        b.pd.create_srq(&SrqInitAttr {
             max_wr: 16,
             max_sge: 1,
             srq_limit: 0,
@@ -632,14 +683,19 @@ fn srq_shared_by_two_qps_with_its_limit_event() {
     for i in 0..5u64 {
         let q = if i % 2 == 0 { &qa1 } else { &qa2 };
         a.mr.write(0, &[i as u8; 100]).unwrap();
-        q.post_send(send_wr(i, SendOp::Send, vec![a.mr.sge(0, 100)])).unwrap();
+        q.post_send(send_wr(i, SendOp::Send, vec![a.mr.sge(0, 100)]))
+            .unwrap();
         ok(&a.wait(1));
     }
     let wb = b.wait(5);
     ok(&wb);
     let mut ids: Vec<u64> = wb.iter().map(|w| w.wr_id).collect();
     ids.sort();
-    assert_eq!(ids, vec![100, 101, 102, 103, 104], "taken in order from the SRQ");
+    assert_eq!(
+        ids,
+        vec![100, 101, 102, 103, 104],
+        "taken in order from the SRQ"
+    );
     assert!(wb.iter().any(|w| w.qp_num == qb1.qp_num()));
     assert!(wb.iter().any(|w| w.qp_num == qb2.qp_num()));
     std::thread::sleep(Duration::from_millis(100));
@@ -673,8 +729,10 @@ fn events_qp_fatal_comm_est_and_cq_overrun() {
     let ea = Arc::new(Mutex::new(Vec::new()));
     let eb = Arc::new(Mutex::new(Vec::new()));
     let (x, y) = (ea.clone(), eb.clone());
-    a.dev.register_event_handler(move |e| x.lock().unwrap().push(*e));
-    b.dev.register_event_handler(move |e| y.lock().unwrap().push(*e));
+    a.dev
+        .register_event_handler(move |e| x.lock().unwrap().push(*e));
+    b.dev
+        .register_event_handler(move |e| y.lock().unwrap().push(*e));
 
     // COMM_EST: B's QP in RTR gets its first packet.
     let qa = a.qp(QpType::Rc);
@@ -704,7 +762,8 @@ fn events_qp_fatal_comm_est_and_cq_overrun() {
     })
     .unwrap();
     qb.post_recv(recv_wr(1, vec![b.mr.sge(0, 64)])).unwrap();
-    qa.post_send(send_wr(2, SendOp::Send, vec![a.mr.sge(0, 8)])).unwrap();
+    qa.post_send(send_wr(2, SendOp::Send, vec![a.mr.sge(0, 8)]))
+        .unwrap();
     ok(&a.wait(1));
     ok(&b.wait(1));
 
@@ -721,15 +780,29 @@ fn events_qp_fatal_comm_est_and_cq_overrun() {
     assert_eq!(a.wait(1)[0].status, WcStatus::RemAccessErr);
     std::thread::sleep(Duration::from_millis(100));
     let (va, vb) = (ea.lock().unwrap().clone(), eb.lock().unwrap().clone());
-    assert!(vb.contains(&AsyncEvent::CommEst { qp_num: qb.qp_num() }), "{vb:?}");
-    assert!(va.contains(&AsyncEvent::QpFatal { qp_num: qa.qp_num() }), "{va:?}");
-    assert!(vb.contains(&AsyncEvent::QpFatal { qp_num: qb.qp_num() }), "{vb:?}");
+    assert!(
+        vb.contains(&AsyncEvent::CommEst {
+            qp_num: qb.qp_num()
+        }),
+        "{vb:?}"
+    );
+    assert!(
+        va.contains(&AsyncEvent::QpFatal {
+            qp_num: qa.qp_num()
+        }),
+        "{va:?}"
+    );
+    assert!(
+        vb.contains(&AsyncEvent::QpFatal {
+            qp_num: qb.qp_num()
+        }),
+        "{vb:?}"
+    );
 
     // CQ overrun: a CQ of 2 entries gets 4 completions.
     let small = a.dev.create_cq(2).unwrap();
-    let q = a
-        .pd
-        .create_qp(&QpInitAttr {
+    let q =
+        a.pd.create_qp(&QpInitAttr {
             qp_type: QpType::Uc,
             send_cq: &small,
             recv_cq: &small,
@@ -758,7 +831,9 @@ fn events_qp_fatal_comm_est_and_cq_overrun() {
     assert_eq!(small.lost(), 2);
     let va = ea.lock().unwrap().clone();
     assert_eq!(
-        va.iter().filter(|e| matches!(e, AsyncEvent::CqErr { cq } if *cq == small.id())).count(),
+        va.iter()
+            .filter(|e| matches!(e, AsyncEvent::CqErr { cq } if *cq == small.id()))
+            .count(),
         1,
         "{va:?}"
     );
@@ -771,9 +846,13 @@ fn cq_notification_blocking_and_async() {
     let (qa, qb) = pair(&a, &b, QpType::Rc);
     // Blocking: arm, post, wait.
     b.cq.req_notify(NotifyKind::NextCompletion).unwrap();
-    assert!(matches!(b.cq.wait(Some(Duration::from_millis(50))), Err(VerbsError::Timeout)));
+    assert!(matches!(
+        b.cq.wait(Some(Duration::from_millis(50))),
+        Err(VerbsError::Timeout)
+    ));
     qb.post_recv(recv_wr(1, vec![b.mr.sge(0, 64)])).unwrap();
-    qa.post_send(send_wr(2, SendOp::Send, vec![a.mr.sge(0, 8)])).unwrap();
+    qa.post_send(send_wr(2, SendOp::Send, vec![a.mr.sge(0, 8)]))
+        .unwrap();
     b.cq.wait(Some(Duration::from_secs(5))).unwrap();
     assert_eq!(b.cq.poll(4).unwrap().len(), 1);
     a.wait(1);
@@ -781,10 +860,14 @@ fn cq_notification_blocking_and_async() {
     b.cq.req_notify(NotifyKind::SolicitedOnly).unwrap();
     qb.post_recv(recv_wr(3, vec![b.mr.sge(0, 64)])).unwrap();
     qb.post_recv(recv_wr(4, vec![b.mr.sge(0, 64)])).unwrap();
-    qa.post_send(send_wr(5, SendOp::Send, vec![a.mr.sge(0, 8)])).unwrap();
+    qa.post_send(send_wr(5, SendOp::Send, vec![a.mr.sge(0, 8)]))
+        .unwrap();
     a.wait(1);
     std::thread::sleep(Duration::from_millis(50));
-    assert!(matches!(b.cq.wait(Some(Duration::from_millis(50))), Err(VerbsError::Timeout)));
+    assert!(matches!(
+        b.cq.wait(Some(Duration::from_millis(50))),
+        Err(VerbsError::Timeout)
+    ));
     qa.post_send(SendWr {
         solicited: true,
         ..send_wr(6, SendOp::Send, vec![a.mr.sge(0, 8)])
@@ -799,7 +882,8 @@ fn cq_notification_blocking_and_async() {
     let cq = b.cq.clone();
     let waiter = std::thread::spawn(move || block_on(cq.notified()));
     std::thread::sleep(Duration::from_millis(20));
-    qa.post_send(send_wr(8, SendOp::Send, vec![a.mr.sge(0, 8)])).unwrap();
+    qa.post_send(send_wr(8, SendOp::Send, vec![a.mr.sge(0, 8)]))
+        .unwrap();
     waiter.join().unwrap().unwrap();
     assert_eq!(b.cq.poll(4).unwrap()[0].wr_id, 7);
 }

@@ -148,7 +148,9 @@ mod tests {
         assert_eq!(snap.len(), NetCounter::ALL.len());
         let mut names: Vec<_> = snap.iter().map(|(n, _)| *n).collect();
         for n in &names {
-            assert!(n.chars().all(|ch| ch.is_ascii_lowercase() || ch == '_' || ch.is_ascii_digit()));
+            assert!(n
+                .chars()
+                .all(|ch| ch.is_ascii_lowercase() || ch == '_' || ch.is_ascii_digit()));
         }
         names.sort_unstable();
         names.dedup();

@@ -84,7 +84,10 @@ pub struct Driver {
 
 impl Driver {
     /// Starts the thread ("rxe-driver").
-    pub fn spawn<E: Engine + 'static>(port: Arc<NetPort>, engine: Arc<Mutex<E>>) -> io::Result<Driver> {
+    pub fn spawn<E: Engine + 'static>(
+        port: Arc<NetPort>,
+        engine: Arc<Mutex<E>>,
+    ) -> io::Result<Driver> {
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKE_TOKEN)?);
         let shared = Arc::new(Shared {
@@ -117,7 +120,8 @@ impl Driver {
         }
     }
 
-    /// Stops the thread and waits for it.
+    /// Stops the thread and waits for it (also on drop). Do not hold the
+    /// engine's lock while stopping: the thread may be waiting for it.
     pub fn stop(mut self) {
         self.shutdown();
     }
@@ -174,7 +178,9 @@ impl Registered {
         self.sockets = port.sockets();
         for (i, s) in self.sockets.iter().enumerate() {
             let fd = s.as_raw_fd();
-            if let Err(e) = reg.register(&mut SourceFd(&fd), Token(i), Registered::interest(writable)) {
+            if let Err(e) =
+                reg.register(&mut SourceFd(&fd), Token(i), Registered::interest(writable))
+            {
                 tracing::error!(error = %e, local = %s.local_addr(), "cannot poll socket");
             }
         }

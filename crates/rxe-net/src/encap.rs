@@ -126,7 +126,8 @@ impl WireHeaders {
         f: &HeaderFields,
     ) -> Result<WireHeaders, EncapError> {
         let too_long = EncapError::TooLong { len: payload_len };
-        let udp_len = u16::try_from(payload_len.checked_add(8).ok_or(too_long)?).map_err(|_| too_long)?;
+        let udp_len =
+            u16::try_from(payload_len.checked_add(8).ok_or(too_long)?).map_err(|_| too_long)?;
         let mut ip = [0u8; 40];
         let ip_len = match (src.ip(), dst.ip()) {
             (IpAddr::V4(s), IpAddr::V4(d)) => {
@@ -145,9 +146,8 @@ impl WireHeaders {
                 20
             }
             (IpAddr::V6(s), IpAddr::V6(d)) => {
-                let first = (6u32 << 28)
-                    | (u32::from(f.traffic_class) << 20)
-                    | (f.flow_label & 0xf_ffff);
+                let first =
+                    (6u32 << 28) | (u32::from(f.traffic_class) << 20) | (f.flow_label & 0xf_ffff);
                 ip[..4].copy_from_slice(&first.to_be_bytes());
                 ip[4..6].copy_from_slice(&udp_len.to_be_bytes());
                 ip[6] = 17; // UDP
@@ -287,7 +287,11 @@ pub struct Opened<'a> {
 
 /// Checks a received UDP payload and rebuilds what the engine and the UD
 /// GRH space need (see the module doc).
-pub fn open<'a>(payload: &'a [u8], info: &RecvInfo, opts: OpenOptions) -> Result<Opened<'a>, EncapError> {
+pub fn open<'a>(
+    payload: &'a [u8],
+    info: &RecvInfo,
+    opts: OpenOptions,
+) -> Result<Opened<'a>, EncapError> {
     if payload.len() < MIN_PACKET {
         return Err(EncapError::TooShort { len: payload.len() });
     }
@@ -299,12 +303,18 @@ pub fn open<'a>(payload: &'a [u8], info: &RecvInfo, opts: OpenOptions) -> Result
     let mut headers = WireHeaders::new(info.src, info.dst, payload.len(), &f)?;
     let mut ipv4_df_clear = false;
     if headers.is_ipv4() {
-        let ip: &[u8; 20] = headers.ip[..20].try_into().map_err(|_| EncapError::BadIcrc)?;
+        let ip: &[u8; 20] = headers.ip[..20]
+            .try_into()
+            .map_err(|_| EncapError::BadIcrc)?;
         let (id, df) = if opts.ipv4_df_unknown {
-            let s = icrc::solve_ipv4_id_any_df(ip, &headers.udp, payload).ok_or(EncapError::BadIcrc)?;
+            let s =
+                icrc::solve_ipv4_id_any_df(ip, &headers.udp, payload).ok_or(EncapError::BadIcrc)?;
             (s.id, s.df_as_given)
         } else {
-            (icrc::solve_ipv4_id(ip, &headers.udp, payload).ok_or(EncapError::BadIcrc)?, true)
+            (
+                icrc::solve_ipv4_id(ip, &headers.udp, payload).ok_or(EncapError::BadIcrc)?,
+                true,
+            )
         };
         f.ipv4_id = id;
         f.dont_fragment = df;
@@ -461,7 +471,10 @@ mod tests {
             hop_limit: None,
             traffic_class: None,
         };
-        assert_eq!(open(&p, &info, OpenOptions::default()), Err(EncapError::BadIcrc));
+        assert_eq!(
+            open(&p, &info, OpenOptions::default()),
+            Err(EncapError::BadIcrc)
+        );
         let o = open(
             &p,
             &info,
@@ -507,7 +520,10 @@ mod tests {
         assert!(open(&p, &masked, OpenOptions::default()).is_ok());
         let mut c = p.clone();
         c[20] ^= 1;
-        assert_eq!(open(&c, &info, OpenOptions::default()), Err(EncapError::BadIcrc));
+        assert_eq!(
+            open(&c, &info, OpenOptions::default()),
+            Err(EncapError::BadIcrc)
+        );
     }
 
     #[test]
@@ -521,7 +537,8 @@ mod tests {
         assert_eq!(internet_checksum(&[&pseudo, &h.udp, &payload]), 0);
         let a6: IpAddr = "fd00::1".parse().unwrap();
         let b6: IpAddr = "fd00::2".parse().unwrap();
-        let mut h = WireHeaders::outgoing(sa(a6, 1000), sa(b6, 4791), payload.len(), 64, 0).unwrap();
+        let mut h =
+            WireHeaders::outgoing(sa(a6, 1000), sa(b6, 4791), payload.len(), 64, 0).unwrap();
         h.set_udp_checksum(&payload);
         let mut pseudo = Vec::new();
         pseudo.extend_from_slice(&h.ip[8..40]);
@@ -543,7 +560,10 @@ mod tests {
         );
         assert!(WireHeaders::outgoing(a, a, 65_507, 64, 0).is_ok());
         let h = WireHeaders::outgoing(a, a, 10, 64, 0).unwrap();
-        assert_eq!(seal(&h, &mut [0; 15]), Err(EncapError::TooShort { len: 15 }));
+        assert_eq!(
+            seal(&h, &mut [0; 15]),
+            Err(EncapError::TooShort { len: 15 })
+        );
         let info = RecvInfo {
             src: a,
             dst: b6,

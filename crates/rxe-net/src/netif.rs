@@ -50,7 +50,9 @@ impl Interface {
 pub fn in_network(ip: IpAddr, net: IpAddr, len: u8) -> bool {
     match (ip, net) {
         (IpAddr::V4(a), IpAddr::V4(n)) => {
-            let mask = u32::MAX.checked_shl(32 - u32::from(len.min(32))).unwrap_or(0);
+            let mask = u32::MAX
+                .checked_shl(32 - u32::from(len.min(32)))
+                .unwrap_or(0);
             u32::from(a) & mask == u32::from(n) & mask
         }
         (IpAddr::V6(a), IpAddr::V6(n)) => {
@@ -90,9 +92,11 @@ pub fn list_interfaces() -> io::Result<Vec<Interface>> {
         let name = ifa.interface_name.clone();
         let entry = by_name.entry(name.clone()).or_insert_with(|| {
             order.push(name.clone());
+            // An IPv4 alias label ("eth0:1") shares its device's index and MTU.
+            let dev = name.split(':').next().unwrap_or(&name);
             Interface {
-                index: if_nametoindex(name.as_str()).unwrap_or(0),
-                mtu: read_mtu(&name),
+                index: if_nametoindex(dev).unwrap_or(0),
+                mtu: read_mtu(dev),
                 name,
                 mac: None,
                 up: false,
@@ -120,7 +124,9 @@ pub fn list_interfaces() -> io::Result<Vec<Interface>> {
                 .map(|m| IpAddr::V4(m.ip()))
                 .or_else(|| m.as_sockaddr_in6().map(|m| IpAddr::V6(m.ip())))
         });
-        let len = mask.map(prefix_len).unwrap_or(if ip.is_ipv4() { 32 } else { 128 });
+        let len = mask
+            .map(prefix_len)
+            .unwrap_or(if ip.is_ipv4() { 32 } else { 128 });
         entry.addrs.push(ip);
         entry.networks.push((ip, len));
     }
@@ -249,7 +255,10 @@ mod tests {
         assert_eq!(ip_of_gid(g), v4);
         let v6: IpAddr = "fd00::5".parse().unwrap();
         assert_eq!(ip_of_gid(gid_of(v6)), v6);
-        assert_eq!(ip_of_gid(gid_of(IpAddr::V6(Ipv6Addr::LOCALHOST))), IpAddr::V6(Ipv6Addr::LOCALHOST));
+        assert_eq!(
+            ip_of_gid(gid_of(IpAddr::V6(Ipv6Addr::LOCALHOST))),
+            IpAddr::V6(Ipv6Addr::LOCALHOST)
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! own mutexes, which are then never contended.
 
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, SocketAddr, SocketAddrV6};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
@@ -285,7 +285,13 @@ impl NetPort {
             return None;
         };
         let src = sock.local_addr();
-        let dst = SocketAddr::new(dst_ip, self.udp_port);
+        let dst = match (dst_ip, src) {
+            // A link-local peer is reached through the source's interface.
+            (IpAddr::V6(d), SocketAddr::V6(s)) if d.is_unicast_link_local() => {
+                SocketAddr::V6(SocketAddrV6::new(d, self.udp_port, 0, s.scope_id()))
+            }
+            _ => SocketAddr::new(dst_ip, self.udp_port),
+        };
         // TTL 0 would be refused by the kernel (and dropped by the first
         // hop): an address vector's 0 means "not set" here.
         let hop_limit = match t.dest.hop_limit {
@@ -331,7 +337,12 @@ impl NetPort {
                 tx.batch.consume(run);
                 continue;
             };
-            match sock.send_batch(&tx.batch, r.start..end, first.hop_limit, first.traffic_class) {
+            match sock.send_batch(
+                &tx.batch,
+                r.start..end,
+                first.hop_limit,
+                first.traffic_class,
+            ) {
                 Ok(0) => {
                     c.inc(NetCounter::SendDeferred);
                     return true;

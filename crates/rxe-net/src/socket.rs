@@ -75,14 +75,18 @@ fn context(e: io::Error, what: fmt::Arguments<'_>) -> io::Error {
 
 /// `setsockopt` of an `int` option that neither socket2 nor nix wraps.
 #[allow(unsafe_code)]
-fn setsockopt_int(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
+fn setsockopt_int(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
     let len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: `fd` is a live descriptor for the borrow's lifetime; the
     // pointer and length describe `value`, which outlives the call; the
     // kernel only reads `len` bytes from it.
-    let r = unsafe {
-        libc::setsockopt(fd.as_raw_fd(), level, name, (&raw const value).cast(), len)
-    };
+    let r =
+        unsafe { libc::setsockopt(fd.as_raw_fd(), level, name, (&raw const value).cast(), len) };
     if r == 0 {
         Ok(())
     } else {
@@ -95,7 +99,15 @@ impl RoceSocket {
     /// module doc). A port in use fails with `ErrorKind::AddrInUse`, an
     /// address that is not local with `ErrorKind::AddrNotAvailable`.
     pub fn bind(ip: IpAddr, port: u16) -> io::Result<RoceSocket> {
-        let local = SocketAddr::new(ip, port);
+        let local = match ip {
+            // A link-local address is bound on its interface (untested here:
+            // the tests stay on loopback, which has none).
+            IpAddr::V6(v6) if v6.is_unicast_link_local() => {
+                let scope = crate::netif::interface_for_addr(ip).map_or(0, |i| i.index);
+                SocketAddr::V6(SocketAddrV6::new(v6, port, 0, scope))
+            }
+            _ => SocketAddr::new(ip, port),
+        };
         let socket = Socket::new(Domain::for_address(local), Type::DGRAM, Some(Protocol::UDP))
             .map_err(|e| context(e, format_args!("socket for {local}")))?;
         socket.set_nonblocking(true)?;
@@ -103,8 +115,13 @@ impl RoceSocket {
         let fd = socket.as_fd();
         match ip {
             IpAddr::V4(_) => {
-                setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DO)
-                    .map_err(|e| context(e, format_args!("IP_MTU_DISCOVER on {local}")))?;
+                setsockopt_int(
+                    fd,
+                    libc::IPPROTO_IP,
+                    libc::IP_MTU_DISCOVER,
+                    libc::IP_PMTUDISC_DO,
+                )
+                .map_err(|e| context(e, format_args!("IP_MTU_DISCOVER on {local}")))?;
                 setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_NO_CHECK, 1)
                     .map_err(|e| context(e, format_args!("SO_NO_CHECK on {local}")))?;
                 nsock::setsockopt(&socket, sockopt::Ipv4RecvTtl, &true).map_err(io::Error::from)?;
@@ -112,8 +129,13 @@ impl RoceSocket {
             }
             IpAddr::V6(_) => {
                 socket.set_only_v6(true)?;
-                setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, libc::IPV6_PMTUDISC_DO)
-                    .map_err(|e| context(e, format_args!("IPV6_MTU_DISCOVER on {local}")))?;
+                setsockopt_int(
+                    fd,
+                    libc::IPPROTO_IPV6,
+                    libc::IPV6_MTU_DISCOVER,
+                    libc::IPV6_PMTUDISC_DO,
+                )
+                .map_err(|e| context(e, format_args!("IPV6_MTU_DISCOVER on {local}")))?;
                 setsockopt_int(fd, libc::IPPROTO_UDP, UDP_NO_CHECK6_RX, 1)
                     .map_err(|e| context(e, format_args!("UDP_NO_CHECK6_RX on {local}")))?;
                 socket.set_recv_hoplimit_v6(true)?;
@@ -170,7 +192,10 @@ impl RoceSocket {
         hop_limit: u8,
         traffic_class: u8,
     ) -> io::Result<usize> {
-        let end = range.end.min(tx.end).min(range.start.saturating_add(MAX_BATCH));
+        let end = range
+            .end
+            .min(tx.end)
+            .min(range.start.saturating_add(MAX_BATCH));
         let start = range.start.min(end);
         let n = end - start;
         if n == 0 {
@@ -185,7 +210,10 @@ impl RoceSocket {
         let tos: u8 = traffic_class;
         let tclass: libc::c_int = traffic_class.into();
         let cmsgs: [ControlMessage<'_>; 2] = if v6 {
-            [ControlMessage::Ipv6HopLimit(&ttl), ControlMessage::Ipv6TClass(&tclass)]
+            [
+                ControlMessage::Ipv6HopLimit(&ttl),
+                ControlMessage::Ipv6TClass(&tclass),
+            ]
         } else {
             [ControlMessage::Ipv4Ttl(&ttl), ControlMessage::Ipv4Tos(&tos)]
         };
@@ -229,9 +257,8 @@ impl RoceSocket {
                     )
                 });
                 let mut chunks = data.chunks_mut(*slot_len);
-                let mut iovs: [[IoSliceMut<'_>; 1]; MAX_BATCH] = std::array::from_fn(|_| {
-                    [IoSliceMut::new(chunks.next().unwrap_or_default())]
-                });
+                let mut iovs: [[IoSliceMut<'_>; 1]; MAX_BATCH] =
+                    std::array::from_fn(|_| [IoSliceMut::new(chunks.next().unwrap_or_default())]);
                 let mut ctrunc = false;
                 let got = match nsock::recvmmsg(
                     self.socket.as_raw_fd(),
@@ -309,8 +336,14 @@ fn socket_addr(a: &SockaddrStorage) -> Option<SocketAddr> {
     if let Some(v4) = a.as_sockaddr_in() {
         return Some(SocketAddr::V4(SocketAddrV4::new(v4.ip(), v4.port())));
     }
-    a.as_sockaddr_in6()
-        .map(|v6| SocketAddr::V6(SocketAddrV6::new(v6.ip(), v6.port(), v6.flowinfo(), v6.scope_id())))
+    a.as_sockaddr_in6().map(|v6| {
+        SocketAddr::V6(SocketAddrV6::new(
+            v6.ip(),
+            v6.port(),
+            v6.flowinfo(),
+            v6.scope_id(),
+        ))
+    })
 }
 
 /// Asks for [`WANTED_BUFFER`] each way: first with the `FORCE` options,
@@ -441,7 +474,11 @@ impl TxBatch {
 
     /// The destination of slot `i`.
     pub fn dest(&self, i: usize) -> Option<SocketAddr> {
-        self.dests.get(i).copied().flatten().and_then(|a| socket_addr(&a))
+        self.dests
+            .get(i)
+            .copied()
+            .flatten()
+            .and_then(|a| socket_addr(&a))
     }
 
     /// Marks the first `n` pending packets as done (sent or dropped); when
@@ -546,8 +583,8 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::AddrInUse, "{e}");
         assert!(e.to_string().contains("127.0.3.1:4791"), "{e}");
         // TEST-NET-3: not an address of this machine.
-        let e = RoceSocket::bind(IpAddr::V4(Ipv4Addr::new(203, 0, 113, 9)), ROCE_V2_PORT)
-            .unwrap_err();
+        let e =
+            RoceSocket::bind(IpAddr::V4(Ipv4Addr::new(203, 0, 113, 9)), ROCE_V2_PORT).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::AddrNotAvailable, "{e}");
         assert!(a.recv_buffer_size() > 0 && a.send_buffer_size() > 0);
     }
@@ -669,7 +706,8 @@ mod tests {
         d[4..6].copy_from_slice(&12u16.to_be_bytes());
         // d[6..8]: checksum 0
         d[8..].copy_from_slice(b"zero");
-        raw.send_to(&d, &SockAddr::from(SocketAddr::new(ip, 0))).unwrap();
+        raw.send_to(&d, &SockAddr::from(SocketAddr::new(ip, 0)))
+            .unwrap();
         let mut rx = RxBatch::new(2, 64);
         let mut n = 0;
         for _ in 0..200 {

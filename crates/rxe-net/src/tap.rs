@@ -54,7 +54,9 @@ pub struct PcapTap {
 
 impl std::fmt::Debug for PcapTap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PcapTap").field("writer", &self.writer).finish()
+        f.debug_struct("PcapTap")
+            .field("writer", &self.writer)
+            .finish()
     }
 }
 
@@ -69,7 +71,10 @@ impl PcapTap {
     }
 
     /// Writes to `writer`; `name` names it in errors.
-    pub fn new(writer: impl Write + Send + 'static, name: impl AsRef<Path>) -> Result<PcapTap, CaptureError> {
+    pub fn new(
+        writer: impl Write + Send + 'static,
+        name: impl AsRef<Path>,
+    ) -> Result<PcapTap, CaptureError> {
         Ok(PcapTap {
             writer: PcapWriter::new(Box::new(writer) as Box<dyn Write + Send>, name)?,
             frame: Vec::with_capacity(ETHERNET_LEN + 48 + 4096 + 128),
@@ -168,19 +173,31 @@ mod tests {
         let path = std::env::temp_dir().join(format!("rxe-tap-unit-{}.pcap", std::process::id()));
         let mut tap = PcapTap::create(&path).unwrap();
         let pairs = [
-            (IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1)), IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2))),
+            (
+                IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1)),
+                IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)),
+            ),
             (IpAddr::V6(Ipv6Addr::LOCALHOST), "fd00::7".parse().unwrap()),
         ];
         for (s, d) in pairs {
             let mut p = packet(33);
-            let h = WireHeaders::outgoing(SocketAddr::new(s, 4791), SocketAddr::new(d, 4791), p.len(), 64, 0)
-                .unwrap();
+            let h = WireHeaders::outgoing(
+                SocketAddr::new(s, 4791),
+                SocketAddr::new(d, 4791),
+                p.len(),
+                64,
+                0,
+            )
+            .unwrap();
             seal(&h, &mut p).unwrap();
             tap.record(&h, &p).unwrap();
         }
         assert_eq!(tap.frames(), 2);
         tap.finish().unwrap();
-        let frames: Vec<_> = CaptureReader::open(&path).unwrap().map(|f| f.unwrap()).collect();
+        let frames: Vec<_> = CaptureReader::open(&path)
+            .unwrap()
+            .map(|f| f.unwrap())
+            .collect();
         assert_eq!(frames.len(), 2);
         for (f, (s, d)) in frames.iter().zip(pairs) {
             let d1 = dissect(f.link_type, &f.data).unwrap().expect("RoCE");

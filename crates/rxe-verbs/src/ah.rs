@@ -137,9 +137,9 @@ pub fn ah_attr_from_wc(
             "the GRH space holds neither an IPv4 nor an IPv6 header".into(),
         ));
     };
-    let (_, sgid_index) = dev
-        .find_gid(&dst)
-        .ok_or_else(|| VerbsError::InvalidArgument("the packet was not sent to this device".into()))?;
+    let (_, sgid_index) = dev.find_gid(&dst).ok_or_else(|| {
+        VerbsError::InvalidArgument("the packet was not sent to this device".into())
+    })?;
     Ok(AhAttr {
         dgid: src,
         sgid_index,

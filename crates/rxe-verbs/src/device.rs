@@ -123,9 +123,29 @@ fn bind_error(e: std::io::Error, ip: IpAddr) -> VerbsError {
     }
 }
 
+/// What the host says about a device's target right now.
+struct Discovered {
+    /// The addresses the device should have (none while the interface is
+    /// down or the address is gone).
+    addrs: Vec<IpAddr>,
+    netdev: String,
+    mtu: u32,
+    mac: Option<[u8; 6]>,
+}
+
 /// Addresses a device on `target` should have now, with the interface's
 /// name, MTU and MAC; `None` when the interface does not exist.
-fn discover(target: &Target) -> Option<(Vec<IpAddr>, String, u32, Option<[u8; 6]>)> {
+fn discover(target: &Target) -> Option<Discovered> {
+    discover_tuple(target).map(|(addrs, netdev, mtu, mac)| Discovered {
+        addrs,
+        netdev,
+        mtu,
+        mac,
+    })
+}
+
+#[allow(clippy::type_complexity)]
+fn discover_tuple(target: &Target) -> Option<(Vec<IpAddr>, String, u32, Option<[u8; 6]>)> {
     match target {
         Target::Address(ip) => match rxe_net::netif::interface_for_addr(*ip) {
             Some(i) => {
@@ -183,7 +203,12 @@ impl Device {
             Some(n) => n.clone(),
             None => registry::free_name(),
         };
-        let (addrs, netdev, netdev_mtu, mac) = match discover(&config.target) {
+        let Discovered {
+            addrs,
+            netdev,
+            mtu: netdev_mtu,
+            mac,
+        } = match discover(&config.target) {
             Some(d) => d,
             None => match &config.target {
                 Target::Interface(n) => return Err(VerbsError::NoSuchInterface(n.clone())),
@@ -315,7 +340,6 @@ impl Device {
     pub fn query_port(&self, port: u8) -> Result<PortAttr> {
         self.check_port(port)?;
         let p = self.0.port.lock().unwrap().clone();
-        let e = self.0.lock();
         Ok(PortAttr {
             state: p.state,
             max_mtu: PathMtu::Mtu4096,
@@ -334,10 +358,6 @@ impl Device {
             active_speed: 1,
             link_layer: LinkLayer::Ethernet,
             netdev: p.netdev,
-        })
-        .map(|a| {
-            drop(e);
-            a
         })
     }
 
@@ -498,10 +518,7 @@ impl Device {
     /// Calls `f` for every asynchronous event from now on
     /// (`ib_register_event_handler`); returns an id for
     /// [`Device::unregister_event_handler`].
-    pub fn register_event_handler(
-        &self,
-        f: impl Fn(&AsyncEvent) + Send + Sync + 'static,
-    ) -> u64 {
+    pub fn register_event_handler(&self, f: impl Fn(&AsyncEvent) + Send + Sync + 'static) -> u64 {
         self.0.events.register(Arc::new(f))
     }
 
@@ -630,7 +647,7 @@ impl DeviceShared {
             return;
         }
         let (want, netdev, mtu) = match discover(&self.target) {
-            Some((a, n, m, _)) => (a, n, m),
+            Some(d) => (d.addrs, d.netdev, d.mtu),
             None => (vec![], String::new(), 0),
         };
         let have = self.net.addresses();

@@ -156,10 +156,12 @@ impl MemoryAccess for MrTable {
         }
         let mr = self.region(region.key())?;
         let r = region.bytes(offset, dst.len())?;
-        mr.buf.read(r.start, dst).map_err(|_| MemError::OutOfBounds {
-            va: region.va(),
-            len: dst.len(),
-        })
+        mr.buf
+            .read(r.start, dst)
+            .map_err(|_| MemError::OutOfBounds {
+                va: region.va(),
+                len: dst.len(),
+            })
     }
 
     fn write(&mut self, region: &Region, offset: usize, src: &[u8]) -> Result<(), MemError> {
@@ -168,10 +170,12 @@ impl MemoryAccess for MrTable {
         }
         let mr = self.region(region.key())?;
         let r = region.bytes(offset, src.len())?;
-        mr.buf.write(r.start, src).map_err(|_| MemError::OutOfBounds {
-            va: region.va(),
-            len: src.len(),
-        })
+        mr.buf
+            .write(r.start, src)
+            .map_err(|_| MemError::OutOfBounds {
+                va: region.va(),
+                len: src.len(),
+            })
     }
 
     /// Remote atomics on a whole aligned word are real atomic operations on
@@ -224,17 +228,23 @@ mod tests {
     #[test]
     fn keys_name_slots_and_change_on_reregistration() {
         let mut t = MrTable::default();
-        let a = t.register(1, 0x1000, all(), SharedBuffer::zeroed(64)).unwrap();
+        let a = t
+            .register(1, 0x1000, all(), SharedBuffer::zeroed(64))
+            .unwrap();
         let k = a.info.key;
         assert_ne!(k.index(), 0, "key 0 names nothing");
         assert!(t.get(k).is_some());
         t.deregister(k).unwrap();
         assert!(t.get(k).is_none());
         assert!(t.deregister(k).is_none(), "twice");
-        let b = t.register(1, 0x1000, all(), SharedBuffer::zeroed(64)).unwrap();
+        let b = t
+            .register(1, 0x1000, all(), SharedBuffer::zeroed(64))
+            .unwrap();
         assert_eq!(b.info.key.index(), k.index(), "slot reused");
         assert_ne!(b.info.key, k, "with a new key portion");
-        let e = t.check(k, 1, true, AccessFlags::REMOTE_WRITE, 0x1000, 8).unwrap_err();
+        let e = t
+            .check(k, 1, true, AccessFlags::REMOTE_WRITE, 0x1000, 8)
+            .unwrap_err();
         assert!(matches!(e, MemError::KeyMismatch { .. }), "{e:?}");
         assert_eq!(t.len(), 1);
     }
@@ -243,9 +253,13 @@ mod tests {
     fn checks_pd_rights_bounds_and_wrapping() {
         let mut t = MrTable::default();
         let ro = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ;
-        let m = t.register(7, 0x2000, ro, SharedBuffer::zeroed(100)).unwrap();
+        let m = t
+            .register(7, 0x2000, ro, SharedBuffer::zeroed(100))
+            .unwrap();
         let k = m.info.key;
-        assert!(t.check(k, 7, true, AccessFlags::REMOTE_READ, 0x2000, 100).is_ok());
+        assert!(t
+            .check(k, 7, true, AccessFlags::REMOTE_READ, 0x2000, 100)
+            .is_ok());
         assert_eq!(
             t.check(k, 8, true, AccessFlags::REMOTE_READ, 0x2000, 1),
             Err(MemError::PdMismatch)
@@ -270,18 +284,33 @@ mod tests {
     #[test]
     fn copies_atomics_and_invalidation() {
         let mut t = MrTable::default();
-        let m = t.register(1, 0x8000, all(), SharedBuffer::zeroed(64)).unwrap();
+        let m = t
+            .register(1, 0x8000, all(), SharedBuffer::zeroed(64))
+            .unwrap();
         let k = m.info.key;
-        let r = t.check(k, 1, true, AccessFlags::REMOTE_WRITE, 0x8010, 16).unwrap();
+        let r = t
+            .check(k, 1, true, AccessFlags::REMOTE_WRITE, 0x8010, 16)
+            .unwrap();
         t.write(&r, 0, &[9; 16]).unwrap();
         let mut out = [0u8; 16];
         t.read(&r, 0, &mut out).unwrap();
         assert_eq!(out, [9; 16]);
         assert!(t.write(&r, 1, &[0; 16]).is_err(), "past the checked range");
         m.buf.write(32, &10u64.to_ne_bytes()).unwrap();
-        assert_eq!(t.atomic(k, 1, 0x8020, AtomicOp::FetchAdd { add: 5 }), Ok(10));
         assert_eq!(
-            t.atomic(k, 1, 0x8020, AtomicOp::CmpSwap { compare: 15, swap: 1 }),
+            t.atomic(k, 1, 0x8020, AtomicOp::FetchAdd { add: 5 }),
+            Ok(10)
+        );
+        assert_eq!(
+            t.atomic(
+                k,
+                1,
+                0x8020,
+                AtomicOp::CmpSwap {
+                    compare: 15,
+                    swap: 1
+                }
+            ),
             Ok(15)
         );
         assert_eq!(m.buf.word(32).unwrap().load(Relaxed), 1);
@@ -304,11 +333,16 @@ mod tests {
         let m = t
             .register(1, 0, AccessFlags::LOCAL_WRITE, SharedBuffer::zeroed(8))
             .unwrap();
-        assert!(t.check(m.info.key, 1, false, AccessFlags::LOCAL_WRITE, 0, 8).is_ok());
+        assert!(t
+            .check(m.info.key, 1, false, AccessFlags::LOCAL_WRITE, 0, 8)
+            .is_ok());
         assert!(matches!(
             t.check(m.info.key, 1, true, AccessFlags::empty(), 0, 8),
             Err(MemError::InvalidKey { .. })
         ));
-        assert!(!t.invalidate(m.info.key, 1), "nothing to invalidate remotely");
+        assert!(
+            !t.invalidate(m.info.key, 1),
+            "nothing to invalidate remotely"
+        );
     }
 }

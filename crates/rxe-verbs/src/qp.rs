@@ -3,9 +3,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use rxe_core::transport::{
-    AttrMask, QpAttr, QpInit, QpState, QpType, RecvWr, SendData, SendWr,
-};
+use rxe_core::transport::{AttrMask, QpAttr, QpInit, QpState, QpType, RecvWr, SendData, SendWr};
 
 use crate::cq::{Cq, CqShared};
 use crate::engine::QpRoute;
@@ -197,7 +195,12 @@ impl Qp {
         self.check_live()?;
         let mut e = self.pd.dev.lock();
         if let Some(av) = attr.av.filter(|_| mask.has(rxe_core::transport::Attr::Av)) {
-            if e.gids.get(av.sgid_index as usize).copied().flatten().is_none() {
+            if e.gids
+                .get(av.sgid_index as usize)
+                .copied()
+                .flatten()
+                .is_none()
+            {
                 return Err(VerbsError::NoSuchGid(av.sgid_index));
             }
         }

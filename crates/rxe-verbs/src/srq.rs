@@ -47,7 +47,9 @@ pub struct Srq {
 
 impl std::fmt::Debug for Srq {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Srq").field("srqn", &self.shared.srqn).finish()
+        f.debug_struct("Srq")
+            .field("srqn", &self.shared.srqn)
+            .finish()
     }
 }
 

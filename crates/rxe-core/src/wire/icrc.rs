@@ -614,8 +614,8 @@ mod tests {
 
     #[test]
     fn id_columns_have_full_rank_and_the_inverse_inverts() {
-        for i in 0..16 {
-            assert_eq!(id_from_delta(ID_COLUMNS[i]), Some(1 << i));
+        for (i, col) in ID_COLUMNS.iter().enumerate() {
+            assert_eq!(id_from_delta(*col), Some(1 << i));
         }
         assert_eq!(id_from_delta(0), Some(0));
         for x in [0x0001u16, 0x8000, 0xffff, 0x5e4d, 0x1234] {

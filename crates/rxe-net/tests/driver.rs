@@ -1,0 +1,254 @@
+//! The port and the driver thread with a scripted engine: drops counted by
+//! reason on both paths, timers fired on time without spinning, deadlines
+//! notified from outside, addresses added and removed under a running
+//! driver.
+
+use std::collections::VecDeque;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant as StdInstant};
+
+use rxe_core::transport::{AddressVector, Instant, RecvMeta, Transmit};
+use rxe_net::encap::{seal, WireHeaders};
+use rxe_net::netif::gid_of;
+use rxe_net::socket::RoceSocket;
+use rxe_net::{Clock, Driver, Engine, NetCounter, NetPort};
+
+#[derive(Default)]
+struct Script {
+    gids: Vec<[u8; 16]>,
+    to_send: VecDeque<(Vec<u8>, Transmit)>,
+    received: Vec<(RecvMeta, Vec<u8>)>,
+    deadline: Option<Instant>,
+    timeouts: Vec<Instant>,
+    turns: u64,
+}
+
+impl Engine for Script {
+    fn handle(&mut self, _now: Instant, meta: &RecvMeta, packet: &[u8]) {
+        self.received.push((*meta, packet.to_vec()));
+    }
+    fn poll_transmit(&mut self, _now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        let (bytes, t) = self.to_send.pop_front()?;
+        let n = bytes.len().min(buf.len());
+        buf[..n].copy_from_slice(&bytes[..n]);
+        Some(t)
+    }
+    fn poll_timeout(&mut self) -> Option<Instant> {
+        self.deadline
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        if self.deadline.is_some_and(|d| d <= now) {
+            self.deadline = None;
+            self.timeouts.push(now);
+        }
+    }
+    fn source_gid(&self, sgid_index: u8) -> Option<[u8; 16]> {
+        self.gids.get(usize::from(sgid_index)).copied()
+    }
+    fn after_batch(&mut self) {
+        self.turns += 1;
+    }
+}
+
+fn v4(c: u8, d: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(127, 0, c, d))
+}
+
+fn transmit(len: usize, sgid_index: u8, dgid: [u8; 16]) -> Transmit {
+    Transmit {
+        len,
+        dest: AddressVector {
+            dgid,
+            sgid_index,
+            hop_limit: 0,
+            traffic_class: 0,
+            flow_label: 0,
+            sl: 0,
+            src_port: None,
+        },
+        src_qpn: 0x11,
+    }
+}
+
+/// A BTH-sized body with 4 zero ICRC bytes; the port does not parse it.
+fn body(len: usize, tag: u8) -> Vec<u8> {
+    let mut v = vec![tag; len];
+    let n = v.len();
+    v[n - 4..].fill(0);
+    v
+}
+
+fn until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let end = StdInstant::now() + Duration::from_secs(5);
+    loop {
+        if let Some(t) = f() {
+            return t;
+        }
+        assert!(StdInstant::now() < end, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn flush_counts_what_it_cannot_send() {
+    let (ia, ib) = (v4(4, 1), v4(4, 2));
+    let pa = NetPort::new(Clock::new());
+    pa.add_address(ia).unwrap();
+    pa.add_address(ia).unwrap(); // a no-op
+    assert_eq!(pa.addresses(), vec![ia]);
+    let pb = NetPort::new(Clock::new());
+    pb.add_address(ib).unwrap();
+    let mut e = Script {
+        gids: vec![gid_of(ia), gid_of(v4(4, 9))],
+        ..Default::default()
+    };
+    let v6 = gid_of("::1".parse().unwrap());
+    e.to_send.extend([
+        (body(20, 1), transmit(20, 5, gid_of(ib))), // no such GID index
+        (body(20, 2), transmit(20, 0, v6)),         // IPv4 to IPv6
+        (body(8, 3), transmit(8, 0, gid_of(ib))),   // shorter than BTH + ICRC
+        (body(20, 4), transmit(20, 1, gid_of(ib))), // no socket on 127.0.4.9
+        (body(20, 5), transmit(20, 0, gid_of(ib))), // good
+        (body(9000, 6), transmit(9000, 0, gid_of(ib))), // longer than a slot
+    ]);
+    assert_eq!(pa.flush(&mut e), 1);
+    assert_eq!(e.turns, 1);
+    let c = pa.counters();
+    assert_eq!(c.get(NetCounter::SentNoSourceGid), 1);
+    assert_eq!(c.get(NetCounter::SentFamilyMismatch), 1);
+    assert_eq!(c.get(NetCounter::SentBadLength), 2);
+    assert_eq!(c.get(NetCounter::SentNoSocket), 1);
+    assert_eq!(c.get(NetCounter::SentPkts), 1);
+    assert_eq!(c.get(NetCounter::SentBytes), 20);
+
+    let mut r = Script::default();
+    until("the good packet", || (pb.receive(&mut r) > 0).then_some(()));
+    let (meta, p) = &r.received[0];
+    assert_eq!(p.len(), 20);
+    assert_eq!(p[0], 5);
+    assert_eq!(meta.sgid, gid_of(ia));
+    assert_eq!(meta.dgid, gid_of(ib));
+    assert_eq!(meta.grh[20 + 8], 64, "TTL 0 in the AV is sent as 64");
+    assert_eq!(pb.counters().get(NetCounter::RcvdPkts), 1);
+}
+
+#[test]
+fn receive_counts_what_it_drops_and_accepts_any_source_port() {
+    let ib = v4(4, 3);
+    let pb = NetPort::new(Clock::new());
+    pb.add_address(ib).unwrap();
+    let dst = SocketAddr::new(ib, 4791);
+    let out = UdpSocket::bind(SocketAddr::new(v4(4, 4), 0)).unwrap();
+    out.send_to(&[1, 2, 3, 4, 5], dst).unwrap();
+    out.send_to(&[0x42; 40], dst).unwrap();
+    let mut good = body(24, 0x11);
+    let h = WireHeaders::outgoing(out.local_addr().unwrap(), dst, good.len(), 64, 0).unwrap();
+    seal(&h, &mut good).unwrap();
+    out.send_to(&good, dst).unwrap();
+    // 9000 bytes: more than a receive slot holds.
+    out.send_to(&vec![0; 9000], dst).unwrap();
+    let mut r = Script::default();
+    let c = pb.counters();
+    until("four datagrams", || {
+        pb.receive(&mut r);
+        let seen = c.get(NetCounter::RcvdPkts)
+            + c.get(NetCounter::RcvdTooShort)
+            + c.get(NetCounter::RcvdBadIcrc)
+            + c.get(NetCounter::RcvdTruncated);
+        (seen == 4).then_some(())
+    });
+    assert_eq!(c.get(NetCounter::RcvdTooShort), 1);
+    assert_eq!(c.get(NetCounter::RcvdBadIcrc), 1);
+    assert_eq!(c.get(NetCounter::RcvdTruncated), 1);
+    assert_eq!(c.get(NetCounter::RcvdPkts), 1);
+    assert_eq!(r.received.len(), 1);
+    assert_eq!(r.received[0].1, good);
+}
+
+#[test]
+fn driver_fires_timers_on_time_without_spinning() {
+    let port = Arc::new(NetPort::new(Clock::new()));
+    port.add_address(v4(5, 1)).unwrap();
+    let clock = port.clock();
+    let engine = Arc::new(Mutex::new(Script {
+        deadline: Some(clock.now().saturating_add(Duration::from_millis(30))),
+        ..Default::default()
+    }));
+    let driver = Driver::spawn(port.clone(), engine.clone()).unwrap();
+    let waker = driver.waker();
+    std::thread::sleep(Duration::from_millis(150));
+    {
+        let e = engine.lock().unwrap();
+        assert_eq!(e.timeouts.len(), 1);
+        assert!(e.timeouts[0] >= Instant::from_nanos(30_000_000));
+        // Idle: a few turns, not a spin.
+        assert!(e.turns < 40, "{} turns in 150 ms", e.turns);
+    }
+
+    // A later deadline than... none: the driver sleeps without one, so any
+    // deadline wakes it.
+    let set = clock.now().saturating_add(Duration::from_millis(10));
+    engine.lock().unwrap().deadline = Some(set);
+    waker.notify_deadline(Some(set));
+    until("the notified timer", || {
+        (engine.lock().unwrap().timeouts.len() == 2).then_some(())
+    });
+    let fired = engine.lock().unwrap().timeouts[1];
+    assert!(fired >= set);
+    assert!(fired.saturating_since(set) < Duration::from_millis(500));
+
+    // While it sleeps until an early deadline, a later one does not wake it.
+    let early = clock.now().saturating_add(Duration::from_millis(300));
+    engine.lock().unwrap().deadline = Some(early);
+    waker.notify_deadline(Some(early));
+    std::thread::sleep(Duration::from_millis(30));
+    let turns = engine.lock().unwrap().turns;
+    waker.notify_deadline(Some(early.saturating_add(Duration::from_secs(1))));
+    waker.notify_deadline(None);
+    std::thread::sleep(Duration::from_millis(30));
+    assert_eq!(
+        engine.lock().unwrap().turns,
+        turns,
+        "woken for a later deadline"
+    );
+    driver.stop();
+}
+
+#[test]
+fn driver_follows_addresses_added_and_removed() {
+    let (i1, i2) = (v4(6, 1), v4(6, 2));
+    let port = Arc::new(NetPort::new(Clock::new()));
+    port.add_address(i1).unwrap();
+    let engine = Arc::new(Mutex::new(Script::default()));
+    let driver = Driver::spawn(port.clone(), engine.clone()).unwrap();
+    let out = UdpSocket::bind(SocketAddr::new(v4(6, 9), 0)).unwrap();
+    let send = |to: IpAddr, tag: u8| {
+        let dst = SocketAddr::new(to, 4791);
+        let mut p = body(20, tag);
+        let h = WireHeaders::outgoing(out.local_addr().unwrap(), dst, p.len(), 64, 0).unwrap();
+        seal(&h, &mut p).unwrap();
+        out.send_to(&p, dst).unwrap();
+    };
+    send(i1, 1);
+    until("a packet on the first address", || {
+        (engine.lock().unwrap().received.len() == 1).then_some(())
+    });
+    port.add_address(i2).unwrap();
+    send(i2, 2);
+    until("a packet on the added address", || {
+        (engine.lock().unwrap().received.len() == 2).then_some(())
+    });
+    assert_eq!(engine.lock().unwrap().received[1].0.dgid, gid_of(i2));
+    assert!(port.remove_address(i2));
+    assert!(!port.remove_address(i2));
+    assert_eq!(port.addresses(), vec![i1]);
+    // Once the driver lets go of it, the socket is closed and the address
+    // can be bound again.
+    let again = until("the removed socket to close", || {
+        RoceSocket::bind(i2, 4791).ok()
+    });
+    drop(again);
+    drop(driver); // stops and joins
+    assert_eq!(Arc::strong_count(&engine), 1);
+}

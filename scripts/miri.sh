@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Runs the tests of the memory shared between applications and the device
+# under Miri, if a nightly toolchain with Miri is installed (it is not
+# needed otherwise: this code has no `unsafe`, Miri checks the atomics).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! cargo +nightly miri --version >/dev/null 2>&1; then
+    echo "miri: skipped (no nightly toolchain with the miri component)"
+    exit 0
+fi
+# proptest saves failures under the working directory: Miri must see it.
+MIRIFLAGS="-Zmiri-disable-isolation" cargo +nightly miri test -p rxe-verbs --lib shared_buffer
