@@ -149,4 +149,93 @@ fn inner_port_events() {
         "EUI-64 from the MAC"
     );
     dev.remove().unwrap();
+
+    // RoCEv2 over IPv6 between two devices: RC SEND and READ, and a UD
+    // SEND whose GRH space holds the IPv6 header.
+    sh("ip addr add fd98::1/64 dev v0 nodad && ip addr add fd98::2/64 dev v0 nodad");
+    ipv6_traffic();
+}
+
+fn ipv6_traffic() {
+    use rxe_integration::verbs_harness::*;
+    let a = Node::new("fd98::1");
+    let b = Node::new("fd98::2");
+    assert_eq!(
+        ip_of_gid(a.gid()),
+        "fd98::1".parse::<std::net::IpAddr>().unwrap()
+    );
+    let (qa, qb) = pair(&a, &b, QpType::Rc);
+    a.mr.write(0, &[0x5a; 3000]).unwrap();
+    qb.post_recv(RecvWr {
+        wr_id: 1,
+        sg_list: vec![b.mr.sge(0, 4096)],
+    })
+    .unwrap();
+    let wr = |wr_id, op, sge| SendWr {
+        wr_id,
+        op,
+        data: SendData::Sges(vec![sge]),
+        signaled: true,
+        fence: false,
+        solicited: false,
+        ud: None,
+    };
+    qa.post_send(wr(2, SendOp::Send, a.mr.sge(0, 3000)))
+        .unwrap();
+    assert_eq!(a.wait(1)[0].status, WcStatus::Success);
+    let wb = b.wait(1);
+    assert_eq!((wb[0].status, wb[0].byte_len), (WcStatus::Success, 3000));
+    b.mr.write(8000, &[0xa5; 2000]).unwrap();
+    qa.post_send(wr(
+        3,
+        SendOp::RdmaRead {
+            remote_addr: b.mr.addr() + 8000,
+            rkey: b.mr.rkey(),
+        },
+        a.mr.sge(10000, 2000),
+    ))
+    .unwrap();
+    assert_eq!(a.wait(1)[0].status, WcStatus::Success);
+    let mut got = vec![0u8; 2000];
+    a.mr.read(10000, &mut got).unwrap();
+    assert_eq!(got, vec![0xa5; 2000]);
+
+    let ua = a.qp(QpType::Ud);
+    let ub = b.qp(QpType::Ud);
+    ud_up(&ua, 7, 0);
+    ud_up(&ub, 7, 0);
+    let ah =
+        a.pd.create_ah(&AhAttr {
+            dgid: b.gid(),
+            hop_limit: 9,
+            traffic_class: 0x20,
+            port_num: 1,
+            ..Default::default()
+        })
+        .unwrap();
+    ub.post_recv(RecvWr {
+        wr_id: 4,
+        sg_list: vec![b.mr.sge(20000, 1064)],
+    })
+    .unwrap();
+    ua.post_send(SendWr {
+        ud: Some(ah.ud_dest(ub.qp_num(), 7)),
+        ..wr(5, SendOp::Send, a.mr.sge(0, 1024))
+    })
+    .unwrap();
+    assert_eq!(a.wait(1)[0].status, WcStatus::Success);
+    let wb = b.wait(1);
+    assert_eq!((wb[0].status, wb[0].byte_len), (WcStatus::Success, 1064));
+    let mut grh = [0u8; 40];
+    b.mr.read(20000, &mut grh).unwrap();
+    assert_eq!(grh[0] >> 4, 6, "an IPv6 header");
+    assert_eq!(grh[7], 9, "the hop limit sent");
+    assert_eq!(&grh[8..24], &a.gid(), "source");
+    assert_eq!(&grh[24..40], &b.gid(), "destination");
+    let back = b.pd.create_ah_from_wc(1, &wb[0], &grh).unwrap();
+    assert_eq!(back.address_vector().dgid, a.gid());
+    assert_eq!(
+        a.dev.counter("net_rcvd_bad_icrc") + b.dev.counter("net_rcvd_bad_icrc"),
+        0
+    );
 }

@@ -4,7 +4,15 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod demo;
+mod devices;
 mod dissect;
+mod handshake;
+mod info;
+mod pattern;
+mod pingpong;
+mod place;
+mod report;
 
 #[derive(Parser)]
 #[command(name = "rxe", version, about = "rxe: a software RoCEv2 NIC")]
@@ -15,6 +23,24 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// List where a device can be added: interfaces, their MTUs, and each
+    /// address (`--ip`) with its GID.
+    ///
+    /// An rxe device lives in the process that adds it (each `rxe` command
+    /// adds its own and removes it when it ends), so unlike `ibv_devices`
+    /// this lists the places a device can go rather than devices.
+    Devices(devices::Args),
+    /// Add a device for a moment and describe it as `ibv_devinfo` does
+    /// (`-v`: as `ibv_devinfo -v`), with its GID table.
+    Info(info::Args),
+    /// Ping-pong SENDs with a peer, as ibv_rc_pingpong, ibv_uc_pingpong,
+    /// ibv_ud_pingpong and ibv_srq_pingpong do, and interoperating with
+    /// them.
+    Pingpong(pingpong::Args),
+    /// Two devices in this process: SEND, RDMA WRITE with immediate, RDMA
+    /// READ, CMP_SWAP, FETCH_ADD and a UD SEND, every packet dissected and
+    /// every result checked.
+    Demo(demo::Args),
     /// Decode every RoCE packet (RoCEv2, RoCEv1, native IB) in a pcap or pcapng file.
     Dissect(dissect::Args),
 }
@@ -22,6 +48,10 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Devices(args) => devices::run(&args),
+        Command::Info(args) => info::run(&args),
+        Command::Pingpong(args) => pingpong::run(&args),
+        Command::Demo(args) => demo::run(&args),
         Command::Dissect(args) => dissect::run(&args),
     };
     match result {

@@ -1,0 +1,145 @@
+//! Where a command puts its device: on one local address (`--ip`) or on a
+//! network interface (`-d`). A device lives in the process that adds it,
+//! so each command adds its own and removes it when it ends.
+
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs, UdpSocket};
+
+use anyhow::{bail, Context, Result};
+use rxe_verbs::{gid_of, Device, DeviceConfig, Target};
+
+/// `--ip ADDR` / `-d IFACE`.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct Place {
+    /// Add the device on this local address only (its UDP port 4791). On
+    /// loopback, 127.0.0.1, 127.0.0.2, ... are separate devices.
+    #[arg(long, value_name = "ADDR")]
+    pub ip: Option<IpAddr>,
+    /// Add the device on this network interface, with all its addresses
+    /// (`rxe devices` lists them). The real tools take an RDMA device name
+    /// here; rxe has none until a command adds one.
+    #[arg(
+        short = 'd',
+        long = "ib-dev",
+        value_name = "IFACE",
+        conflicts_with = "ip"
+    )]
+    pub iface: Option<String>,
+}
+
+impl Place {
+    pub fn target(&self) -> Option<Target> {
+        match (&self.ip, &self.iface) {
+            (Some(ip), _) => Some(Target::Address(*ip)),
+            (None, Some(i)) => Some(Target::Interface(i.clone())),
+            (None, None) => None,
+        }
+    }
+}
+
+/// How a target reads in a message.
+pub fn describe(t: &Target) -> String {
+    match t {
+        Target::Address(ip) => ip.to_string(),
+        Target::Interface(i) => format!("interface {i}"),
+    }
+}
+
+/// Adds a device on `target`, with an error that says what went wrong in
+/// one line.
+pub fn add_device(target: &Target) -> Result<Device> {
+    let config = match target {
+        Target::Address(ip) => DeviceConfig::on_address(*ip),
+        Target::Interface(i) => DeviceConfig::on_interface(i),
+    };
+    Device::add(config).with_context(|| format!("cannot add a device on {}", describe(target)))
+}
+
+/// The local address the host would send from to reach `host` (a route
+/// lookup; nothing is sent).
+pub fn source_address_for(host: &str) -> Result<IpAddr> {
+    let addrs: Vec<SocketAddr> = (host, 4791)
+        .to_socket_addrs()
+        .with_context(|| format!("cannot resolve {host}"))?
+        .collect();
+    let mut last = None;
+    for a in &addrs {
+        let any: SocketAddr = if a.is_ipv4() {
+            (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+        } else {
+            (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+        };
+        let probe = UdpSocket::bind(any).and_then(|s| {
+            s.connect(a)?;
+            s.local_addr()
+        });
+        match probe {
+            Ok(l) => return Ok(l.ip()),
+            Err(e) => last = Some(e),
+        }
+    }
+    match last {
+        Some(e) => Err(e).with_context(|| format!("no route to {host}")),
+        None => bail!("{host} has no address"),
+    }
+}
+
+/// The first interface that is up, is not loopback and has a usable
+/// address: what the real tools' "first device found" stands for.
+pub fn default_interface() -> Result<String> {
+    let ifs = rxe_net::netif::list_interfaces().context("cannot list network interfaces")?;
+    ifs.into_iter()
+        .find(|i| {
+            i.up && i
+                .addrs
+                .iter()
+                .any(|a| usable_address(*a) && !a.is_loopback())
+        })
+        .map(|i| i.name)
+        .context("no interface is up with an address: say where the device goes with --ip ADDR or -d IFACE (see `rxe devices`)")
+}
+
+/// Whether a device can be added on this address: link-local IPv6
+/// addresses need a scope, which RoCEv2 GIDs do not carry.
+pub fn usable_address(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(_) => true,
+        IpAddr::V6(v6) => v6.segments()[0] & 0xffc0 != 0xfe80,
+    }
+}
+
+/// The GID index to use when `-g` is not given: the address's own for
+/// `--ip`, else the first IPv4 one (as a RoCE user picks with
+/// `rxe-gid-index`), else the first.
+pub fn default_gid_index(dev: &Device, target: &Target) -> Result<u8> {
+    if let Target::Address(ip) = target {
+        if let Some((_, i)) = dev.find_gid(&gid_of(*ip)) {
+            return Ok(i);
+        }
+    }
+    let table = dev.gid_table(rxe_verbs::PORT)?;
+    let v4 = table
+        .iter()
+        .find(|e| rxe_verbs::ip_of_gid(e.gid).is_ipv4())
+        .or_else(|| table.first());
+    match v4 {
+        Some(e) => Ok(e.index),
+        None => bail!("device {} has no GID (no usable address)", dev.name()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn link_local_is_not_usable() {
+        assert!(usable_address("127.0.0.1".parse().unwrap()));
+        assert!(usable_address("fd00::1".parse().unwrap()));
+        assert!(!usable_address("fe80::1".parse().unwrap()));
+    }
+
+    #[test]
+    fn route_lookup_of_loopback() {
+        assert!(source_address_for("127.0.0.7").unwrap().is_loopback());
+    }
+}

@@ -1,0 +1,239 @@
+//! `rxe devices`, `rxe info`, `rxe demo`, and the errors a user meets:
+//! bad arguments, an address that is not local, a busy port 4791.
+//! Addresses: 127.0.0.1, 127.0.106.x, 127.0.107.x (see pingpong_cli.rs).
+
+mod support;
+
+use std::time::Duration;
+
+use support::{run, Rxe};
+
+const T: Duration = Duration::from_secs(60);
+
+#[test]
+fn devices_lists_loopback_with_its_gid() {
+    let f = run(&["devices"], T);
+    assert!(f.ok(), "{f:#?}");
+    let t = f.text();
+    assert!(t.starts_with("    interface"), "{t}");
+    let lo = f
+        .stdout
+        .iter()
+        .find(|l| l.contains("127.0.0.1"))
+        .unwrap_or_else(|| panic!("no 127.0.0.1 in\n{t}"));
+    assert!(lo.contains("::ffff:127.0.0.1"), "{lo}");
+    assert!(lo.contains("UP"), "{lo}");
+}
+
+#[test]
+fn info_shows_the_gid_of_its_address() {
+    let f = run(&["info", "--ip", "127.0.0.1"], T);
+    assert!(f.ok(), "{f:#?}");
+    let t = f.text();
+    for needle in [
+        "hca_id:\trxe0",
+        "\ttransport:\t\t\tInfiniBand (0)",
+        "\tphys_port_cnt:\t\t\t1",
+        "\t\tport:\t1",
+        "\t\t\tstate:\t\t\tPORT_ACTIVE (4)",
+        "\t\t\tactive_mtu:\t\t4096 (5)",
+        "\t\t\tlink_layer:\t\tEthernet",
+        "\t\t\tGID[  0]:\t\t::ffff:127.0.0.1, RoCE v2",
+    ] {
+        assert!(t.contains(needle), "{needle:?} not in\n{t}");
+    }
+    assert!(!t.contains("max_qp:"), "-v only:\n{t}");
+    let v = run(&["info", "--ip", "127.0.0.1", "-v"], T);
+    assert!(v.ok(), "{v:#?}");
+    let t = v.text();
+    for needle in [
+        "\tmax_qp:\t\t\t\t",
+        "\tdevice_cap_flags:\t\t0x",
+        "\t\t\t\t\tRC_RNR_NAK_GEN",
+        "\tatomic_cap:\t\t\tATOMIC_HCA (1)",
+        "\t\t\tgid_tbl_len:\t\t",
+        "\t\t\tGID[  0]:\t\t::ffff:127.0.0.1, RoCE v2",
+    ] {
+        assert!(t.contains(needle), "{needle:?} not in\n{t}");
+    }
+}
+
+#[test]
+fn demo_runs_every_operation() {
+    let f = run(
+        &["demo", "--ip-a", "127.0.107.1", "--ip-b", "127.0.107.2"],
+        T,
+    );
+    assert!(f.ok(), "{f:#?}");
+    let t = f.text();
+    for op in [
+        "1. SEND",
+        "2. RDMA WRITE WITH IMMEDIATE",
+        "3. RDMA READ",
+        "4. CMP_SWAP",
+        "5. FETCH_ADD",
+        "6. UD SEND",
+    ] {
+        assert!(t.contains(op), "{op:?} not in\n{t}");
+    }
+    assert_eq!(
+        f.stdout.iter().filter(|l| l.starts_with("   OK: ")).count(),
+        6,
+        "{t}"
+    );
+    let summary = f
+        .stdout
+        .iter()
+        .find(|l| l.starts_with("Summary: "))
+        .unwrap();
+    assert!(
+        summary.contains("(0 bad); 6 of 6 operations OK"),
+        "{summary}"
+    );
+    // Packets as `rxe dissect` prints them, numbered from 1.
+    let packets: Vec<&String> = f.stdout.iter().filter(|l| l.contains("icrc=ok")).collect();
+    assert!(packets.len() >= 12, "{t}");
+    assert!(packets[0].trim_start().starts_with("1 "), "{}", packets[0]);
+    assert!(t.contains("127.0.107.1") && t.contains("127.0.107.2"));
+    assert!(t.contains("Counters of "), "{t}");
+}
+
+#[test]
+fn demo_needs_two_addresses() {
+    let f = run(
+        &["demo", "--ip-a", "127.0.107.5", "--ip-b", "127.0.107.5"],
+        T,
+    );
+    assert!(!f.ok());
+    assert!(f.stderr.contains("two addresses"), "{f:#?}");
+}
+
+#[test]
+fn an_address_that_is_not_local_is_refused() {
+    for args in [
+        &["info", "--ip", "192.0.2.1"][..],
+        &["pingpong", "rc", "--ip", "192.0.2.1", "--timeout", "1"],
+    ] {
+        let f = run(args, T);
+        assert!(!f.ok(), "{f:#?}");
+        assert_eq!(f.stderr.lines().count(), 1, "one line: {f:#?}");
+        assert!(
+            f.stderr.starts_with(
+                "rxe: cannot add a device on 192.0.2.1: 192.0.2.1 is not an address of this host"
+            ),
+            "{f:#?}"
+        );
+    }
+}
+
+#[test]
+fn an_unknown_interface_is_refused() {
+    let f = run(&["info", "-d", "rxe-no-such-if0"], T);
+    assert!(!f.ok());
+    assert!(f.stderr.contains("rxe-no-such-if0"), "{f:#?}");
+    assert_eq!(f.stderr.lines().count(), 1, "{f:#?}");
+}
+
+#[test]
+fn a_busy_port_is_refused() {
+    // A server holds 127.0.106.1:4791 while it waits for a client.
+    let mut server = Rxe::spawn(&[
+        "pingpong",
+        "rc",
+        "--ip",
+        "127.0.106.1",
+        "-p",
+        "28701",
+        "--timeout",
+        "30",
+    ]);
+    server.wait_for_line("  local address:", T);
+    for args in [
+        &["info", "--ip", "127.0.106.1"][..],
+        &[
+            "pingpong",
+            "ud",
+            "--ip",
+            "127.0.106.1",
+            "-p",
+            "28702",
+            "--timeout",
+            "1",
+        ],
+    ] {
+        let f = run(args, T);
+        assert!(!f.ok(), "{f:#?}");
+        assert_eq!(f.stderr.lines().count(), 1, "{f:#?}");
+        assert!(f.stderr.contains("127.0.106.1"), "{f:#?}");
+        assert!(f.stderr.contains("busy"), "{f:#?}");
+    }
+    drop(server);
+}
+
+#[test]
+fn bad_arguments_are_refused() {
+    for (args, says) in [
+        (&["pingpong", "xx"][..], "invalid value 'xx'"),
+        (&["pingpong", "rc", "-m", "1000"], "invalid MTU 1000"),
+        (&["pingpong", "ud", "-m", "1024"], "-m does not apply to ud"),
+        (&["pingpong", "rc", "-q", "4"], "-q applies to srq only"),
+        (
+            &["pingpong", "srq", "-q", "8", "-r", "4"],
+            "rx-depth 4 is too small for 8 QPs",
+        ),
+        (&["pingpong", "rc", "-s", "0"], "invalid size 0"),
+        (&["pingpong", "rc", "--ip", "not-an-ip"], "invalid value"),
+        (
+            &["pingpong", "rc", "--ip", "127.0.0.1", "-d", "lo"],
+            "cannot be used with",
+        ),
+        (&["info", "-i", "2", "--ip", "127.0.106.9"], "port 1 only"),
+        (&["nonsense"], "unrecognized subcommand"),
+    ] {
+        let f = run(args, T);
+        assert!(!f.ok(), "{args:?}: {f:#?}");
+        assert!(f.stderr.contains(says), "{args:?}: {:?}", f.stderr);
+    }
+}
+
+#[test]
+fn ud_messages_must_fit_the_mtu() {
+    let f = run(
+        &[
+            "pingpong",
+            "ud",
+            "--ip",
+            "127.0.106.21",
+            "-s",
+            "8192",
+            "--timeout",
+            "1",
+        ],
+        T,
+    );
+    assert!(!f.ok());
+    assert!(
+        f.stderr
+            .contains("requested size 8192 is larger than the port MTU (4096)"),
+        "{f:#?}"
+    );
+}
+
+#[test]
+fn help_explains_where_devices_live() {
+    let f = run(&["devices", "--help"], T);
+    assert!(f.ok());
+    assert!(f.text().contains("lives in the process"), "{}", f.text());
+    let f = run(&["pingpong", "--help"], T);
+    assert!(f.ok());
+    for needle in [
+        "--ip",
+        "--ib-dev",
+        "--gid-idx",
+        "--rx-depth",
+        "--num-qp",
+        "--chk",
+    ] {
+        assert!(f.text().contains(needle), "{needle}");
+    }
+}

@@ -1,0 +1,150 @@
+//! Running the `rxe` binary as a user would, with every wait bounded and
+//! every child killed if a test fails.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// A running `rxe`: killed when dropped, stdout read line by line.
+pub struct Rxe {
+    child: Child,
+    lines: Receiver<String>,
+    stdout: Vec<String>,
+    stderr: Option<JoinHandle<String>>,
+    args: Vec<String>,
+}
+
+/// How a finished `rxe` ended.
+#[derive(Debug)]
+pub struct Finished {
+    pub status: ExitStatus,
+    pub stdout: Vec<String>,
+    pub stderr: String,
+    pub args: Vec<String>,
+}
+
+impl Finished {
+    pub fn ok(&self) -> bool {
+        self.status.success()
+    }
+
+    pub fn text(&self) -> String {
+        self.stdout.join("\n")
+    }
+}
+
+impl Rxe {
+    pub fn spawn(args: &[&str]) -> Rxe {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_rxe"))
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("cannot start rxe");
+        let out = child.stdout.take().unwrap();
+        let mut err = child.stderr.take().unwrap();
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(l) = line else { break };
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        let stderr = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = err.read_to_string(&mut s);
+            s
+        });
+        Rxe {
+            child,
+            lines,
+            stdout: vec![],
+            stderr: Some(stderr),
+            args: args.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    /// Waits for a stdout line that starts with `prefix`.
+    pub fn wait_for_line(&mut self, prefix: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) => {
+                    self.stdout.push(l.clone());
+                    if l.starts_with(prefix) {
+                        return l;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    panic!("rxe {:?}: no line {prefix:?} within {timeout:?}", self.args)
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    let f = self.finish(Duration::from_secs(5));
+                    panic!(
+                        "rxe {:?} ended before printing {prefix:?}: {f:#?}",
+                        self.args
+                    )
+                }
+            }
+        }
+    }
+
+    /// Waits for the process to end (killing it after `timeout`).
+    pub fn finish(&mut self, timeout: Duration) -> Finished {
+        let deadline = Instant::now() + timeout;
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let s = self.child.wait().unwrap();
+                let mut stdout = std::mem::take(&mut self.stdout);
+                stdout.extend(self.lines.try_iter());
+                panic!(
+                    "rxe {:?} still running after {timeout:?}; killed ({s}). stdout so far:\n{}",
+                    self.args,
+                    stdout.join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        // The reader thread ends at EOF; take every line.
+        while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(2)) {
+            self.stdout.push(l);
+        }
+        let stderr = self
+            .stderr
+            .take()
+            .map(|h| h.join().unwrap_or_default())
+            .unwrap_or_default();
+        Finished {
+            status,
+            stdout: std::mem::take(&mut self.stdout),
+            stderr,
+            args: self.args.clone(),
+        }
+    }
+}
+
+impl Drop for Rxe {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Runs `rxe` to the end.
+pub fn run(args: &[&str], timeout: Duration) -> Finished {
+    Rxe::spawn(args).finish(timeout)
+}
