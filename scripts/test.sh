@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
+# The memory shared with the device, under Miri (skipped without nightly).
+bash scripts/miri.sh
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 set +e
