@@ -42,8 +42,7 @@ pub(crate) struct DeviceEngine {
     pub counts: Counts,
     pub next_id: u32,
     events: Option<mpsc::Sender<AsyncEvent>>,
-    /// Solicited flags of receive completions, by (QPN, wr_id) is not
-    /// needed: the core marks them; see `dispatch`.
+    /// Completions delivered to CQs since the device was added.
     pub completions: u64,
 }
 
