@@ -2,3 +2,4 @@
 //! share.
 
 pub mod verbs_harness;
+pub mod peer;

@@ -1,0 +1,116 @@
+//! `rxe pingpong` against rdma-core's own `ibv_rc_pingpong`,
+//! `ibv_uc_pingpong`, `ibv_ud_pingpong` and `ibv_srq_pingpong` running on
+//! the kernel's Soft-RoCE in the reference guest, in both directions: our
+//! client with the guest's server, then the guest's client with our server.
+//! Both exit statuses must be 0; each side's tool checks that every
+//! iteration completed.
+//!
+//! The tests are ignored by a plain `cargo test`; `scripts/interop.sh`
+//! boots the guest (with a 9000-byte MTU, so that path MTU 4096 is
+//! possible) and runs them with `--ignored`. Run without a peer, they fail
+//! and say why.
+
+use std::time::Duration;
+
+use rxe_integration::peer::*;
+
+/// One run in each direction of `tool` (ibv_*_pingpong) with `opts` given
+/// to both sides, and `kind` (rc, uc, ud, srq) for ours.
+fn both_ways(kind: &str, tool: &str, opts: &str) {
+    if !require_peer() {
+        return;
+    }
+    let _turn = exclusive();
+    let ours = |server: bool| -> Vec<String> {
+        let mut v = vec!["pingpong".to_string(), kind.to_string()];
+        v.extend(opts.split_whitespace().map(str::to_string));
+        v.extend(["--ip", HOST_IP, "--timeout", "90"].map(str::to_string));
+        if !server {
+            v.push(GUEST_IP.to_string());
+        }
+        v
+    };
+    // 1. The guest serves, rxe is the client.
+    let job = GuestJob::start(&format!("{tool} -d rxe0 -g 1 {opts}"));
+    assert!(guest_waitport(18515, 30), "the guest's {tool} did not listen");
+    let (rs, rout) = finish(rxe_in_netns(&ours(false), 120));
+    let (gs, gout) = job.wait(120);
+    assert!(
+        rs == 0 && gs == 0,
+        "{tool} {opts}, guest server: rxe exit {rs}, guest exit {gs}\n--- rxe:\n{rout}\n--- guest:\n{gout}"
+    );
+    assert!(rout.contains("iters in"), "{rout}");
+    // 2. rxe serves, the guest is the client.
+    let server = rxe_in_netns(&ours(true), 120);
+    assert!(
+        netns_waitport(18515, Duration::from_secs(30)),
+        "rxe's server did not listen"
+    );
+    let (gs, gout) = guest_exec(&format!("{tool} -d rxe0 -g 1 {opts} {HOST_IP}"), 120);
+    let (rs, rout) = finish(server);
+    assert!(
+        rs == 0 && gs == 0,
+        "{tool} {opts}, rxe server: rxe exit {rs}, guest exit {gs}\n--- rxe:\n{rout}\n--- guest:\n{gout}"
+    );
+    assert!(gout.contains("iters in"), "{gout}");
+}
+
+#[test]
+#[ignore = "needs the reference peer: run scripts/interop.sh"]
+fn rc_4k() {
+    both_ways("rc", "ibv_rc_pingpong", "-n 50");
+}
+
+#[test]
+#[ignore = "needs the reference peer: run scripts/interop.sh"]
+fn rc_64k() {
+    both_ways("rc", "ibv_rc_pingpong", "-n 20 -s 65536");
+}
+
+#[test]
+#[ignore = "needs the reference peer: run scripts/interop.sh"]
+fn rc_1_byte_mtu_256() {
+    both_ways("rc", "ibv_rc_pingpong", "-n 20 -s 1 -m 256");
+}
+
+#[test]
+#[ignore = "needs the reference peer: run scripts/interop.sh"]
+fn rc_1_mib_mtu_4096() {
+    both_ways("rc", "ibv_rc_pingpong", "-n 5 -s 1048576 -m 4096");
+}
+
+#[test]
+#[ignore = "needs the reference peer: run scripts/interop.sh"]
+fn rc_events() {
+    both_ways("rc", "ibv_rc_pingpong", "-n 20 -e");
+}
+
+#[test]
+#[ignore = "needs the reference peer: run scripts/interop.sh"]
+fn uc() {
+    both_ways("uc", "ibv_uc_pingpong", "-n 50 -s 2048");
+}
+
+#[test]
+#[ignore = "needs the reference peer: run scripts/interop.sh"]
+fn uc_mtu_512() {
+    both_ways("uc", "ibv_uc_pingpong", "-n 20 -s 5000 -m 512");
+}
+
+#[test]
+#[ignore = "needs the reference peer: run scripts/interop.sh"]
+fn ud() {
+    both_ways("ud", "ibv_ud_pingpong", "-n 50 -s 512");
+}
+
+#[test]
+#[ignore = "needs the reference peer: run scripts/interop.sh"]
+fn ud_4096() {
+    both_ways("ud", "ibv_ud_pingpong", "-n 20 -s 4096");
+}
+
+#[test]
+#[ignore = "needs the reference peer: run scripts/interop.sh"]
+fn srq() {
+    both_ways("srq", "ibv_srq_pingpong", "-n 20 -q 4 -s 1024");
+}
