@@ -1,5 +1,5 @@
 //! Cross-crate tests of rxe live in `tests/`; this library holds what they
 //! share.
 
-pub mod verbs_harness;
 pub mod peer;
+pub mod verbs_harness;

@@ -25,9 +25,12 @@ pub fn peer_dir() -> Option<PathBuf> {
         return Some(PathBuf::from(d));
     }
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    [repo.join("../shared/interop"), PathBuf::from("/work/shared/interop")]
-        .into_iter()
-        .find(|d| d.join("peer.sh").exists())
+    [
+        repo.join("../shared/interop"),
+        PathBuf::from("/work/shared/interop"),
+    ]
+    .into_iter()
+    .find(|d| d.join("peer.sh").exists())
 }
 
 /// The `rxe` binary of this build (`cargo build --bin rxe` makes it).
@@ -169,7 +172,14 @@ pub fn netns_waitport(port: u16, d: Duration) -> bool {
     let deadline = std::time::Instant::now() + d;
     while std::time::Instant::now() < deadline {
         let ok = Command::new("ip")
-            .args(["netns", "exec", NETNS, "ss", "-ltnH", &format!("sport = :{port}")])
+            .args([
+                "netns",
+                "exec",
+                NETNS,
+                "ss",
+                "-ltnH",
+                &format!("sport = :{port}"),
+            ])
             .output()
             .map(|o| !o.stdout.is_empty())
             .unwrap_or(false);

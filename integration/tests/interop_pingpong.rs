@@ -17,6 +17,13 @@ use rxe_integration::peer::*;
 /// One run in each direction of `tool` (ibv_*_pingpong) with `opts` given
 /// to both sides, and `kind` (rc, uc, ud, srq) for ours.
 fn both_ways(kind: &str, tool: &str, opts: &str) {
+    both_ways_on(kind, tool, opts, HOST_IP, 1);
+}
+
+/// As [`both_ways`], with rxe's device on `our_ip` and the guest using its
+/// GID `guest_gid` (1: IPv4, 2: IPv6). The TCP side channel stays on IPv4,
+/// as the tools require.
+fn both_ways_on(kind: &str, tool: &str, opts: &str, our_ip: &str, guest_gid: u8) {
     if !require_peer() {
         return;
     }
@@ -24,15 +31,18 @@ fn both_ways(kind: &str, tool: &str, opts: &str) {
     let ours = |server: bool| -> Vec<String> {
         let mut v = vec!["pingpong".to_string(), kind.to_string()];
         v.extend(opts.split_whitespace().map(str::to_string));
-        v.extend(["--ip", HOST_IP, "--timeout", "90"].map(str::to_string));
+        v.extend(["--ip", our_ip, "--timeout", "90"].map(str::to_string));
         if !server {
             v.push(GUEST_IP.to_string());
         }
         v
     };
     // 1. The guest serves, rxe is the client.
-    let job = GuestJob::start(&format!("{tool} -d rxe0 -g 1 {opts}"));
-    assert!(guest_waitport(18515, 30), "the guest's {tool} did not listen");
+    let job = GuestJob::start(&format!("{tool} -d rxe0 -g {guest_gid} {opts}"));
+    assert!(
+        guest_waitport(18515, 30),
+        "the guest's {tool} did not listen"
+    );
     let (rs, rout) = finish(rxe_in_netns(&ours(false), 120));
     let (gs, gout) = job.wait(120);
     assert!(
@@ -46,7 +56,10 @@ fn both_ways(kind: &str, tool: &str, opts: &str) {
         netns_waitport(18515, Duration::from_secs(30)),
         "rxe's server did not listen"
     );
-    let (gs, gout) = guest_exec(&format!("{tool} -d rxe0 -g 1 {opts} {HOST_IP}"), 120);
+    let (gs, gout) = guest_exec(
+        &format!("{tool} -d rxe0 -g {guest_gid} {opts} {HOST_IP}"),
+        120,
+    );
     let (rs, rout) = finish(server);
     assert!(
         rs == 0 && gs == 0,
@@ -83,6 +96,18 @@ fn rc_1_mib_mtu_4096() {
 #[ignore = "needs the reference peer: run scripts/interop.sh"]
 fn rc_events() {
     both_ways("rc", "ibv_rc_pingpong", "-n 20 -e");
+}
+
+#[test]
+#[ignore = "needs the reference peer: run scripts/interop.sh"]
+fn rc_over_ipv6() {
+    both_ways_on("rc", "ibv_rc_pingpong", "-n 20 -s 8192", "fd99::1", 2);
+}
+
+#[test]
+#[ignore = "needs the reference peer: run scripts/interop.sh"]
+fn ud_over_ipv6() {
+    both_ways_on("ud", "ibv_ud_pingpong", "-n 20 -s 1024", "fd99::1", 2);
 }
 
 #[test]
