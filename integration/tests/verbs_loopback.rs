@@ -1012,14 +1012,16 @@ fn sq_drain_raises_sq_drained_then_resumes() {
     let b = Node::new("127.0.25.2");
     let events = Arc::new(Mutex::new(Vec::new()));
     let e = events.clone();
-    a.dev.register_event_handler(move |ev| e.lock().unwrap().push(*ev));
+    a.dev
+        .register_event_handler(move |ev| e.lock().unwrap().push(*ev));
     let (qa, qb) = pair(&a, &b, QpType::Rc);
     for i in 0..4 {
         qb.post_recv(recv_wr(i, vec![b.mr.sge(i as usize * 4096, 4096)]))
             .unwrap();
     }
     // A 4000-byte SEND in flight, then RTS -> SQD with the notification.
-    qa.post_send(send_wr(1, SendOp::Send, vec![a.mr.sge(0, 4000)])).unwrap();
+    qa.post_send(send_wr(1, SendOp::Send, vec![a.mr.sge(0, 4000)]))
+        .unwrap();
     qa.modify(&QpAttr {
         qp_state: Some(QpState::Sqd),
         en_sqd_async_notify: Some(true),
@@ -1028,17 +1030,16 @@ fn sq_drain_raises_sq_drained_then_resumes() {
     .unwrap();
     ok(&a.wait(1));
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while !events
-        .lock()
-        .unwrap()
-        .contains(&AsyncEvent::SqDrained { qp_num: qa.qp_num() })
-    {
+    while !events.lock().unwrap().contains(&AsyncEvent::SqDrained {
+        qp_num: qa.qp_num(),
+    }) {
         assert!(std::time::Instant::now() < deadline, "no SQ_DRAINED");
         std::thread::sleep(Duration::from_millis(5));
     }
     assert_eq!(qa.query().unwrap().state, QpState::Sqd);
     // A send posted in SQD waits; back to RTS it goes out.
-    qa.post_send(send_wr(2, SendOp::Send, vec![a.mr.sge(0, 16)])).unwrap();
+    qa.post_send(send_wr(2, SendOp::Send, vec![a.mr.sge(0, 16)]))
+        .unwrap();
     assert_quiet(&a.cq, Duration::from_millis(100));
     qa.modify(&QpAttr {
         qp_state: Some(QpState::Rts),
