@@ -21,4 +21,4 @@ fi
 "$PEER/peer.sh" start --mtu 9000
 trap '"$PEER/peer.sh" stop' EXIT
 cargo build -q --bin rxe
-RXE_PEER_DIR="$PEER" cargo test -p rxe-integration --test interop_pingpong -- --ignored --test-threads=1
+RXE_PEER_DIR="$PEER" cargo test -p rxe-integration --test interop_pingpong --test interop_perf -- --ignored --test-threads=1

@@ -190,3 +190,31 @@ pub fn netns_waitport(port: u16, d: Duration) -> bool {
     }
     false
 }
+
+/// Loss 2%, reordering 5% (1 ms delay) and duplication 1% on both
+/// directions of the guest's link (netem in the guest: the host kernel has
+/// none), removed again when the test ends.
+pub struct Faults;
+
+impl Faults {
+    pub fn on() -> Faults {
+        let (s, out) = guest_exec(
+            "tc qdisc add dev eth0 root netem loss 2% delay 1ms reorder 5% duplicate 1% && \
+             ip link set ifb0 up && tc qdisc add dev eth0 handle ffff: ingress && \
+             tc filter add dev eth0 parent ffff: matchall action mirred egress redirect dev ifb0 && \
+             tc qdisc add dev ifb0 root netem loss 2% delay 1ms reorder 5% duplicate 1%",
+            30,
+        );
+        assert_eq!(s, 0, "netem: {out}");
+        Faults
+    }
+}
+
+impl Drop for Faults {
+    fn drop(&mut self) {
+        guest_exec(
+            "tc qdisc del dev eth0 root; tc qdisc del dev eth0 ingress; tc qdisc del dev ifb0 root",
+            30,
+        );
+    }
+}

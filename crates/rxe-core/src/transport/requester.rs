@@ -72,9 +72,12 @@ use super::time::Instant;
 use super::wr::{PostError, SendData, SendOp, SendWr, WcStatus, WorkCompletion, WorkQueue};
 
 /// The most PSNs an RC requester leaves unacknowledged before it waits
-/// (kernel rxe uses 128; the IBTA bound is 2^23, 9.7.1). A READ request
-/// counts for one packet when it is sent, however many PSNs it takes.
-pub(super) const MAX_UNACKED_PSNS: u32 = 512;
+/// (the IBTA bound is 2^23, 9.7.1). 128, as kernel rxe: a larger window
+/// made a slow peer (kernel rxe under emulation, with 2% loss) fall into
+/// go-back-N collapse, every timeout resending more than it could take
+/// in one ACK timeout. A READ request counts for one packet when it is
+/// sent, however many PSNs it takes.
+pub(super) const MAX_UNACKED_PSNS: u32 = 128;
 /// The requester asks for an ACK at least this often within long messages,
 /// so that the window never waits for the end of a message.
 const ACK_REQ_INTERVAL: u32 = MAX_UNACKED_PSNS / 4;
