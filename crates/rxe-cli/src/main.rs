@@ -10,6 +10,9 @@ mod dissect;
 mod handshake;
 mod info;
 mod pattern;
+mod perf;
+mod perf_handshake;
+mod perf_report;
 mod pingpong;
 mod place;
 mod report;
@@ -37,6 +40,10 @@ enum Command {
     /// ibv_ud_pingpong and ibv_srq_pingpong do, and interoperating with
     /// them.
     Pingpong(pingpong::Args),
+    /// perftest's bandwidth and latency tests (ib_write_bw, ib_read_bw,
+    /// ib_send_bw, ib_atomic_bw, ib_write_lat, ib_read_lat, ib_send_lat),
+    /// interoperating with them.
+    Perf(perf::Args),
     /// Two devices in this process: SEND, RDMA WRITE with immediate, RDMA
     /// READ, CMP_SWAP, FETCH_ADD and a UD SEND, every packet dissected and
     /// every result checked.
@@ -51,6 +58,7 @@ fn main() -> ExitCode {
         Command::Devices(args) => devices::run(&args),
         Command::Info(args) => info::run(&args),
         Command::Pingpong(args) => pingpong::run(&args),
+        Command::Perf(args) => perf::run(&args),
         Command::Demo(args) => demo::run(&args),
         Command::Dissect(args) => dissect::run(&args),
     };
