@@ -1000,6 +1000,9 @@ fn queries_report_the_port_and_its_tables() {
     assert_eq!(a.dev.find_pkey(1, 0xffff), Some(0));
     assert_eq!(a.dev.find_pkey(1, 0x1234), None);
     let other = Node::new("127.0.24.2");
+    // Each device starts its QP numbers somewhere else (a 2^-23 chance of
+    // the same start).
+    assert_ne!(a.qp(QpType::Rc).qp_num(), other.qp(QpType::Rc).qp_num());
     assert_ne!(
         a.dev.query_device().unwrap().node_guid,
         other.dev.query_device().unwrap().node_guid

@@ -191,6 +191,19 @@ fn node_guid(mac: Option<[u8; 6]>, first: Option<IpAddr>) -> u64 {
     }
 }
 
+/// Where a new device starts numbering QPs: different each time (std's
+/// randomly keyed hasher over the name and the clock), so that a peer
+/// still retransmitting to a QP of an earlier run does not reach a new QP
+/// with the same number.
+fn qpn_start(name: &str) -> u32 {
+    use std::hash::{BuildHasher, Hash, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    name.hash(&mut h);
+    std::time::SystemTime::now().hash(&mut h);
+    // Keep clear of the top, so that numbers rarely wrap in a session.
+    (h.finish() % 0x80_0000) as u32
+}
+
 impl Device {
     /// Adds a device (`rdma link add`). Fails if the address is not local
     /// ([`VerbsError::AddressNotLocal`]), its port 4791 is busy
@@ -249,7 +262,9 @@ impl Device {
             max_dest_rd_atomic: attr.max_qp_rd_atom,
         };
         let events = EventHub::new(&name)?;
-        let mut engine = DeviceEngine::new(Endpoint::new(caps), events.sender());
+        let mut ep = Endpoint::new(caps);
+        ep.set_next_qpn(qpn_start(&name));
+        let mut engine = DeviceEngine::new(ep, events.sender());
         engine.gids = bind.iter().map(|ip| Some(gid_of(*ip))).collect();
         let engine = Arc::new(Mutex::new(engine));
         let driver = Driver::spawn(net.clone(), engine.clone())?;

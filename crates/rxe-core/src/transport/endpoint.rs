@@ -121,6 +121,14 @@ impl Endpoint {
         }
     }
 
+    /// Starts QP numbering at `qpn` (wrapped into `0x11..=0xffffff`)
+    /// instead of 0x11. A device that picks a different start each time it
+    /// is created keeps a peer that still retransmits to a QP of an earlier
+    /// run from hitting a new QP with the same number.
+    pub fn set_next_qpn(&mut self, qpn: u32) {
+        self.next_qpn = FIRST_QPN + qpn % (QPN_MASK - FIRST_QPN + 1);
+    }
+
     pub fn counters(&self) -> &Counters {
         &self.counters
     }
@@ -640,6 +648,17 @@ mod tests {
         let mut buf = vec![0; t.buffer_len().unwrap()];
         t.emit(&mut buf, &[]).unwrap();
         buf
+    }
+
+    #[test]
+    fn qp_numbering_can_start_anywhere_and_wraps_past_the_special_ones() {
+        let mut ep = Endpoint::new(QpCaps::default());
+        ep.set_next_qpn(0xff_ffff - FIRST_QPN);
+        let a = ep.create_qp(QpInit::new(QpType::Rc, 1)).unwrap();
+        let b = ep.create_qp(QpInit::new(QpType::Rc, 1)).unwrap();
+        assert_eq!((a, b), (0xff_ffff, FIRST_QPN));
+        ep.set_next_qpn(0x1234);
+        assert_eq!(ep.create_qp(QpInit::new(QpType::Ud, 1)).unwrap(), 0x1245);
     }
 
     #[test]
