@@ -16,6 +16,7 @@ mod perf_report;
 mod pingpong;
 mod place;
 mod report;
+mod side_channel;
 
 #[derive(Parser)]
 #[command(name = "rxe", version, about = "rxe: a software RoCEv2 NIC")]

@@ -24,7 +24,7 @@
 //! every wait (the real tools wait forever).
 
 use std::io::Write;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, Ipv4Addr, TcpListener};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -41,6 +41,7 @@ use crate::perf_handshake::{self as hs, Channel, Flow, Keys, Report, Verb};
 use crate::perf_report::{self as rep, BwUnit, LatStats, TestInfo};
 use crate::place::{self, Place};
 use crate::report::wc_status_str;
+use crate::side_channel::{accept, connect_to, random_psn};
 
 /// perftest's buffer cycle and cache line, which both sides announce and
 /// then take the larger of.
@@ -383,20 +384,6 @@ fn say<I: IntoIterator<Item = S>, S: AsRef<str>>(lines: I) -> Result<()> {
     Ok(())
 }
 
-/// A 24-bit random PSN, new for every QP and run (perftest's `lrand48`).
-fn random_psn(salt: u64) -> u32 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(salt);
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    (h.finish() & 0xff_ffff) as u32
-}
-
 fn round_up(v: u64, to: u64) -> u64 {
     v.div_ceil(to.max(1)) * to.max(1)
 }
@@ -520,53 +507,6 @@ fn bind_listener(ip: Option<IpAddr>, port: u16) -> Result<TcpListener> {
         _ => Ipv4Addr::UNSPECIFIED,
     };
     TcpListener::bind((addr, port)).with_context(|| format!("couldn't listen to port {port}"))
-}
-
-fn accept(listener: &TcpListener, timeout: Option<Duration>) -> Result<TcpStream> {
-    let Some(t) = timeout else {
-        return Ok(listener.accept().context("accept() failed")?.0);
-    };
-    listener.set_nonblocking(true)?;
-    let deadline = Instant::now() + t;
-    loop {
-        match listener.accept() {
-            Ok((s, _)) => {
-                s.set_nonblocking(false)?;
-                return Ok(s);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if Instant::now() >= deadline {
-                    bail!("no client connected within {:.1} s", t.as_secs_f64());
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            Err(e) => return Err(e).context("accept() failed"),
-        }
-    }
-}
-
-fn connect_to(host: &str, port: u16, timeout: Option<Duration>) -> Result<TcpStream> {
-    let mut addrs: Vec<SocketAddr> = (host, port)
-        .to_socket_addrs()
-        .with_context(|| format!("cannot resolve {host}"))?
-        .collect();
-    // perftest's TCP side is IPv4.
-    addrs.sort_by_key(|a| !a.is_ipv4());
-    let mut last = None;
-    for a in &addrs {
-        let r = match timeout {
-            Some(t) => TcpStream::connect_timeout(a, t),
-            None => TcpStream::connect(a),
-        };
-        match r {
-            Ok(s) => return Ok(s),
-            Err(e) => last = Some(e),
-        }
-    }
-    match last {
-        Some(e) => Err(e).with_context(|| format!("couldn't connect to {host}:{port}")),
-        None => bail!("couldn't connect to {host}:{port}: no address"),
-    }
 }
 
 /// Everything from the TCP connection to the last line of output.

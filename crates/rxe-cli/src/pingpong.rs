@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{Ipv4Addr, TcpListener};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -33,6 +33,7 @@ use crate::handshake::{self, Dest, SRQ_MESSAGES};
 use crate::pattern::{self, Role};
 use crate::place::{self, Place};
 use crate::report;
+use crate::side_channel::{accept, connect_to, random_psn};
 
 /// The Q_Key both sides of `ibv_ud_pingpong` use.
 pub const UD_QKEY: u32 = 0x1111_1111;
@@ -297,19 +298,6 @@ struct Pingpong {
     scratch: Vec<u8>,
 }
 
-/// A 24-bit random PSN; every run draws a new one, as the tools' `lrand48`.
-fn random_psn() -> u32 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    (h.finish() & 0xff_ffff) as u32
-}
-
 impl Pingpong {
     fn new(dev: &Device, target: &Target, cfg: Config) -> Result<Pingpong> {
         let port = dev.query_port(rxe_verbs::PORT)?;
@@ -389,7 +377,7 @@ impl Pingpong {
             .map(|q| Dest {
                 lid: port.lid,
                 qpn: q.qp_num(),
-                psn: random_psn(),
+                psn: random_psn(u64::from(q.qp_num())),
                 gid,
             })
             .collect();
@@ -817,51 +805,6 @@ fn bind_listener(port: u16) -> Result<TcpListener> {
     // The tools bind the wildcard address (AI_PASSIVE), IPv4 first.
     TcpListener::bind((Ipv4Addr::UNSPECIFIED, port))
         .with_context(|| format!("couldn't listen to port {port}"))
-}
-
-fn accept(listener: &TcpListener, timeout: Option<Duration>) -> Result<TcpStream> {
-    let Some(t) = timeout else {
-        return Ok(listener.accept().context("accept() failed")?.0);
-    };
-    listener.set_nonblocking(true)?;
-    let deadline = Instant::now() + t;
-    loop {
-        match listener.accept() {
-            Ok((s, _)) => {
-                s.set_nonblocking(false)?;
-                return Ok(s);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if Instant::now() >= deadline {
-                    bail!("no client connected within {:.1} s", t.as_secs_f64());
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            Err(e) => return Err(e).context("accept() failed"),
-        }
-    }
-}
-
-fn connect_to(host: &str, port: u16, timeout: Option<Duration>) -> Result<TcpStream> {
-    let addrs: Vec<SocketAddr> = (host, port)
-        .to_socket_addrs()
-        .with_context(|| format!("cannot resolve {host}"))?
-        .collect();
-    let mut last = None;
-    for a in &addrs {
-        let r = match timeout {
-            Some(t) => TcpStream::connect_timeout(a, t),
-            None => TcpStream::connect(a),
-        };
-        match r {
-            Ok(s) => return Ok(s),
-            Err(e) => last = Some(e),
-        }
-    }
-    match last {
-        Some(e) => Err(e).with_context(|| format!("couldn't connect to {host}:{port}")),
-        None => bail!("couldn't connect to {host}:{port}: no address"),
-    }
 }
 
 #[cfg(test)]

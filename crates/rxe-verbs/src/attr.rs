@@ -189,23 +189,9 @@ pub enum LinkLayer {
     Ethernet,
 }
 
-/// The GID of an IP address: IPv4 as the IPv4-mapped IPv6 address
-/// `::ffff:a.b.c.d`, IPv6 as itself (RoCEv2, IBTA Annex A17.4.5).
-pub fn gid_of(ip: std::net::IpAddr) -> [u8; 16] {
-    match ip {
-        std::net::IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
-        std::net::IpAddr::V6(v6) => v6.octets(),
-    }
-}
-
-/// The IP address a GID stands for.
-pub fn ip_of_gid(gid: [u8; 16]) -> std::net::IpAddr {
-    let v6 = std::net::Ipv6Addr::from(gid);
-    match v6.to_ipv4_mapped() {
-        Some(v4) => std::net::IpAddr::V4(v4),
-        None => std::net::IpAddr::V6(v6),
-    }
-}
+/// The GID of an IP address (IPv4 as `::ffff:a.b.c.d`) and back: the
+/// network layer's mapping, which the verbs use too.
+pub use rxe_net::netif::{gid_of, ip_of_gid};
 
 /// A GID as `ibv_devinfo` prints it: eight groups of four hex digits.
 pub fn format_gid(gid: &[u8; 16]) -> String {

@@ -14,7 +14,6 @@ use rxe_core::transport::{WcStatus, WorkCompletion, WorkQueue};
 
 use crate::device::{Device, DeviceShared};
 use crate::error::{ObjectKind, Result, VerbsError};
-use crate::event::AsyncEvent;
 
 /// Which completions end a wait (`ibv_req_notify_cq`'s `solicited_only`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -234,7 +233,24 @@ impl Cq {
 
     /// Destroys the CQ (`ibv_destroy_cq`); refused while a QP uses it.
     pub fn destroy(&self) -> Result<()> {
-        Device(self.dev.clone()).destroy_cq(self)
+        self.check_live()?;
+        let mut e = self.dev.lock();
+        let users = self.shared.users.load(Ordering::Acquire);
+        if users > 0 {
+            return Err(VerbsError::Busy {
+                kind: ObjectKind::Cq,
+                users,
+                what: "QPs complete into it",
+            });
+        }
+        if self.shared.destroyed.swap(true, Ordering::AcqRel) {
+            return Err(VerbsError::Destroyed(ObjectKind::Cq));
+        }
+        e.counts.cq -= 1;
+        drop(e);
+        // Waiters wake up and see the CQ gone.
+        self.wake_all();
+        Ok(())
     }
 
     pub(crate) fn wake_all(&self) {
@@ -265,9 +281,4 @@ impl Future for Notified<'_> {
         }
         Poll::Pending
     }
-}
-
-/// Raises `CqErr` for a CQ that just overran.
-pub(crate) fn overrun_event(cq: &CqShared) -> AsyncEvent {
-    AsyncEvent::CqErr { cq: cq.id }
 }

@@ -136,23 +136,24 @@ struct Discovered {
 /// Addresses a device on `target` should have now, with the interface's
 /// name, MTU and MAC; `None` when the interface does not exist.
 fn discover(target: &Target) -> Option<Discovered> {
-    discover_tuple(target).map(|(addrs, netdev, mtu, mac)| Discovered {
+    let found = |addrs, i: rxe_net::netif::Interface| Discovered {
         addrs,
-        netdev,
-        mtu,
-        mac,
-    })
-}
-
-#[allow(clippy::type_complexity)]
-fn discover_tuple(target: &Target) -> Option<(Vec<IpAddr>, String, u32, Option<[u8; 6]>)> {
+        netdev: i.name,
+        mtu: i.mtu,
+        mac: i.mac,
+    };
     match target {
         Target::Address(ip) => match rxe_net::netif::interface_for_addr(*ip) {
             Some(i) => {
                 let addrs = if i.up { vec![*ip] } else { vec![] };
-                Some((addrs, i.name, i.mtu, i.mac))
+                Some(found(addrs, i))
             }
-            None => Some((vec![], String::new(), 0, None)),
+            None => Some(Discovered {
+                addrs: vec![],
+                netdev: String::new(),
+                mtu: 0,
+                mac: None,
+            }),
         },
         Target::Interface(name) => {
             let i = rxe_net::netif::list_interfaces()
@@ -173,7 +174,7 @@ fn discover_tuple(target: &Target) -> Option<(Vec<IpAddr>, String, u32, Option<[
             } else {
                 vec![]
             };
-            Some((addrs, i.name, i.mtu, i.mac))
+            Some(found(addrs, i))
         }
     }
 }
@@ -510,26 +511,6 @@ impl Device {
         })
     }
 
-    pub(crate) fn destroy_cq_inner(&self, cq: &Cq) -> Result<()> {
-        cq.check_live()?;
-        let mut e = self.0.lock();
-        let users = cq.shared.users.load(Ordering::Acquire);
-        if users > 0 {
-            return Err(VerbsError::Busy {
-                kind: ObjectKind::Cq,
-                users,
-                what: "QPs complete into it",
-            });
-        }
-        if cq.shared.destroyed.swap(true, Ordering::AcqRel) {
-            return Err(VerbsError::Destroyed(ObjectKind::Cq));
-        }
-        e.counts.cq -= 1;
-        drop(e);
-        cq.wake_all();
-        Ok(())
-    }
-
     /// Calls `f` for every asynchronous event from now on
     /// (`ib_register_event_handler`); returns an id for
     /// [`Device::unregister_event_handler`].
@@ -711,11 +692,5 @@ impl DeviceShared {
             (false, true) => self.events.raise(AsyncEvent::PortActive { port: PORT }),
             _ => {}
         }
-    }
-}
-
-impl Device {
-    pub(crate) fn destroy_cq(&self, cq: &Cq) -> Result<()> {
-        self.destroy_cq_inner(cq)
     }
 }

@@ -10,7 +10,7 @@ use rxe_core::transport::{
     AsyncEvent as CoreEvent, Endpoint, Instant, Key, RecvMeta, Transmit, WorkCompletion, WorkQueue,
 };
 
-use crate::cq::{overrun_event, CqShared};
+use crate::cq::CqShared;
 use crate::event::AsyncEvent;
 use crate::mr_table::MrTable;
 
@@ -42,8 +42,6 @@ pub(crate) struct DeviceEngine {
     pub counts: Counts,
     pub next_id: u32,
     events: Option<mpsc::Sender<AsyncEvent>>,
-    /// Completions delivered to CQs since the device was added.
-    pub completions: u64,
 }
 
 impl DeviceEngine {
@@ -56,7 +54,6 @@ impl DeviceEngine {
             counts: Counts::default(),
             next_id: 1,
             events,
-            completions: 0,
         }
     }
 
@@ -81,7 +78,6 @@ impl DeviceEngine {
     /// handlers.
     pub fn dispatch(&mut self) {
         while let Some(wc) = self.ep.poll_completion() {
-            self.completions += 1;
             self.deliver(wc);
         }
         while let Some(ev) = self.ep.poll_event() {
@@ -114,7 +110,7 @@ impl DeviceEngine {
             WorkQueue::Recv => route.recv_cq.clone(),
         };
         if !cq.push(wc, wc.solicited) {
-            self.raise(overrun_event(&cq));
+            self.raise(AsyncEvent::CqErr { cq: cq.id });
         }
     }
 

@@ -13,7 +13,8 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
 use rxe_core::transport::{
-    validate, AccessFlags, AtomicOp, Key, MemError, MemoryAccess, Region, RegionInfo,
+    atomic_by_copy, validate, AccessFlags, AtomicOp, Key, MemError, MemoryAccess, Region,
+    RegionInfo,
 };
 
 use crate::shared_buffer::SharedBuffer;
@@ -203,14 +204,7 @@ impl MemoryAccess for MrTable {
         // modulo 8: the word straddles two; fall back to read and write
         // (atomic with respect to other remote operations, which hold the
         // device lock, but not to the application's).
-        let mut b = [0u8; 8];
-        self.read(&region, 0, &mut b)?;
-        let old = u64::from_ne_bytes(b);
-        let new = op.apply(old);
-        if new != old {
-            self.write(&region, 0, &new.to_ne_bytes())?;
-        }
-        Ok(old)
+        atomic_by_copy(self, &region, op)
     }
 }
 
@@ -325,6 +319,24 @@ mod tests {
             t.check(k, 1, false, AccessFlags::empty(), 0x8000, 1),
             Err(MemError::InvalidKey { .. })
         ));
+    }
+
+    #[test]
+    fn atomics_on_a_word_that_straddles_two_fall_back_to_copying() {
+        let mut t = MrTable::default();
+        // va 0x9004 at buffer offset 0: the aligned va 0x9008 is offset 4.
+        let m = t
+            .register(1, 0x9004, all(), SharedBuffer::zeroed(32))
+            .unwrap();
+        m.buf.write(4, &40u64.to_ne_bytes()).unwrap();
+        assert!(m.buf.word(4).is_none());
+        assert_eq!(
+            t.atomic(m.info.key, 1, 0x9008, AtomicOp::FetchAdd { add: 2 }),
+            Ok(40)
+        );
+        let mut b = [0u8; 8];
+        m.buf.read(4, &mut b).unwrap();
+        assert_eq!(u64::from_ne_bytes(b), 42);
     }
 
     #[test]

@@ -79,6 +79,9 @@ struct Qp {
     common: QpCommon,
     req: Requester,
     resp: Responder,
+    /// Whether the QP is in the endpoint's `ready` queue, so that queueing
+    /// it does not search the queue.
+    queued: bool,
 }
 
 /// The transport engine of one port.
@@ -181,6 +184,7 @@ impl Endpoint {
                 common: QpCommon::new(qpn, init, config, pkey),
                 req: Requester::new(),
                 resp: Responder::new(),
+                queued: false,
             },
         );
         Ok(qpn)
@@ -452,6 +456,7 @@ impl Endpoint {
             let Some(qp) = self.qps.get_mut(&qpn) else {
                 continue;
             };
+            qp.queued = false;
             let t = match qp
                 .resp
                 .poll_transmit(&mut qp.common, &mut self.counters, mem, buf)
@@ -464,6 +469,7 @@ impl Endpoint {
             if let Some(t) = t {
                 self.counters.inc(Counter::SentPkts);
                 // It may have more: back of the line, so QPs take turns.
+                qp.queued = true;
                 self.ready.push_back(qpn);
                 self.after_no_ready(qpn);
                 return Some(t);
@@ -507,8 +513,11 @@ impl Endpoint {
     /// After any call that touched `qpn`: flush if due, collect its
     /// completions and events, queue it for sending, refresh its timer.
     fn after(&mut self, qpn: u32) {
-        if !self.ready.contains(&qpn) {
-            self.ready.push_back(qpn);
+        if let Some(qp) = self.qps.get_mut(&qpn) {
+            if !qp.queued {
+                qp.queued = true;
+                self.ready.push_back(qpn);
+            }
         }
         self.after_no_ready(qpn);
     }

@@ -385,15 +385,27 @@ pub trait MemoryAccess {
         if va % 8 != 0 {
             return Err(MemError::Misaligned { va });
         }
-        let mut buf = [0u8; 8];
-        self.read(&region, 0, &mut buf)?;
-        let old = u64::from_ne_bytes(buf);
-        let new = op.apply(old);
-        if new != old {
-            self.write(&region, 0, &new.to_ne_bytes())?;
-        }
-        Ok(old)
+        atomic_by_copy(self, &region, op)
     }
+}
+
+/// Performs `op` on the 8 bytes at the start of a checked `region` by
+/// reading, applying and writing back: atomic with respect to other
+/// operations of the same engine (which run one at a time), not to anyone
+/// else touching the memory. Returns the original value.
+pub fn atomic_by_copy<M: MemoryAccess + ?Sized>(
+    mem: &mut M,
+    region: &Region,
+    op: AtomicOp,
+) -> Result<u64, MemError> {
+    let mut buf = [0u8; 8];
+    mem.read(region, 0, &mut buf)?;
+    let old = u64::from_ne_bytes(buf);
+    let new = op.apply(old);
+    if new != old {
+        mem.write(region, 0, &new.to_ne_bytes())?;
+    }
+    Ok(old)
 }
 
 #[derive(Debug, Clone)]

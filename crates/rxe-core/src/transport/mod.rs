@@ -50,7 +50,9 @@ pub mod wr;
 
 pub use counters::{Counter, Counters};
 pub use endpoint::{pkeys_match, Endpoint, EndpointError, GSI_QPN};
-pub use memory::{validate, AtomicOp, Key, MemError, MemoryAccess, Region, RegionInfo, VecMemory};
+pub use memory::{
+    atomic_by_copy, validate, AtomicOp, Key, MemError, MemoryAccess, Region, RegionInfo, VecMemory,
+};
 pub use psn::{classify_request, Psn, PsnOutOfRange, RequestPsn};
 pub use qp::{AsyncEvent, QpCommon, QpInit, RecvMeta, Transmit};
 pub use qp_attr::{

@@ -1,0 +1,72 @@
+//! The TCP side channel that the pingpong tools and perftest exchange
+//! their QP numbers, PSNs and keys over: accepting and connecting with an
+//! optional deadline, and the random initial PSN each side announces.
+
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+/// Waits for one client, at most `timeout` (without end if `None`).
+pub fn accept(listener: &TcpListener, timeout: Option<Duration>) -> Result<TcpStream> {
+    let Some(t) = timeout else {
+        return Ok(listener.accept().context("accept() failed")?.0);
+    };
+    listener.set_nonblocking(true)?;
+    let deadline = Instant::now() + t;
+    loop {
+        match listener.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false)?;
+                return Ok(s);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if Instant::now() >= deadline {
+                    bail!("no client connected within {:.1} s", t.as_secs_f64());
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => return Err(e).context("accept() failed"),
+        }
+    }
+}
+
+/// Connects to `host:port`, IPv4 addresses first: the tools' servers
+/// listen on IPv4 only, even when their RoCE traffic uses an IPv6 GID.
+pub fn connect_to(host: &str, port: u16, timeout: Option<Duration>) -> Result<TcpStream> {
+    let mut addrs: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .with_context(|| format!("cannot resolve {host}"))?
+        .collect();
+    addrs.sort_by_key(|a| !a.is_ipv4());
+    let mut last = None;
+    for a in &addrs {
+        let r = match timeout {
+            Some(t) => TcpStream::connect_timeout(a, t),
+            None => TcpStream::connect(a),
+        };
+        match r {
+            Ok(s) => return Ok(s),
+            Err(e) => last = Some(e),
+        }
+    }
+    match last {
+        Some(e) => Err(e).with_context(|| format!("couldn't connect to {host}:{port}")),
+        None => bail!("couldn't connect to {host}:{port}: no address"),
+    }
+}
+
+/// A random 24-bit initial PSN (the tools use `lrand48() & 0xffffff`);
+/// `salt` tells apart the QPs of one run.
+pub fn random_psn(salt: u64) -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(salt);
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    (h.finish() & 0xff_ffff) as u32
+}
