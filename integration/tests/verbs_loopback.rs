@@ -412,7 +412,8 @@ fn pkey_mismatch_is_dropped_and_counted() {
     let qb = b.qp(QpType::Rc);
     connect(&qa, qb.qp_num(), b.gid(), 1, 2);
     connect(&qb, qa.qp_num(), a.gid(), 2, 1);
-    // retry_cnt 7 (seven retries) at timeout 14 (67 ms): about 0.5 s.
+    // retry_cnt 7 (seven retries, backing off) at timeout 14 (67 ms):
+    // 27 intervals, about 1.8 s.
     qb.post_recv(recv_wr(1, vec![b.mr.sge(0, 64)])).unwrap();
     qa.post_send(send_wr(2, SendOp::Send, vec![a.mr.sge(0, 8)]))
         .unwrap();

@@ -95,8 +95,8 @@ needs its own device, so on one host give each its own --ip (127.0.0.1 and 127.0
 Without --ip or -d, a client's device goes on the address it reaches HOST from, a server's
 on the first interface that is up with an address (not loopback). A server given an IPv4
 --ip listens on that address only, else on all IPv4 addresses (perftest's TCP side is IPv4).
-rxe counts retry_cnt 7 as seven retries (kernel rxe retries forever): against a peer that
-stalls for long (a guest under emulation), raise the ACK timeout with -u.
+rxe counts retry_cnt 7 as seven retries (kernel rxe retries forever), with the ACK timer
+backing off to 4x: at the default -u 14 a peer may stall 1.8 s. For longer, raise -u.
 Interoperates with perftest 4.5's ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw,
 ib_write_lat, ib_read_lat and ib_send_lat (RC, without -R; give those -x with the index of
 their IPv4 GID).")]

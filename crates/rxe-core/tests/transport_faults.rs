@@ -147,12 +147,16 @@ fn cut_link_gives_retry_exc_err_after_exact_retries_then_flush() {
         want.extend((0..later as u64).map(|i| (100 + i, WcStatus::WrFlushErr)));
         assert_eq!(statuses(&sim, 0, qa, WorkQueue::Send), want, "{ctx}");
         let t = local_ack_timeout(o.timeout).unwrap();
-        let expect = t * (u32::from(o.retry_cnt) + 1);
+        // The timer backs off (1, 2, then 4 times the nominal interval).
+        let intervals: u32 = (0..=u32::from(o.retry_cnt))
+            .map(|i| (1u32 << i).min(4))
+            .sum();
+        let expect = t * intervals;
         let got = Duration::from_nanos(t_exc.as_nanos());
         let tol = Duration::from_micros(1) + t / 1000;
         assert!(
             got.abs_diff(expect) <= tol,
-            "{ctx}: RETRY_EXC_ERR at {got:?}, expected (retry_cnt + 1) x {t:?} = {expect:?}"
+            "{ctx}: RETRY_EXC_ERR at {got:?}, expected {intervals} x {t:?} = {expect:?}"
         );
         let sent = sent_by(&sim, 0);
         assert_eq!(
@@ -160,12 +164,13 @@ fn cut_link_gives_retry_exc_err_after_exact_retries_then_flush() {
             (usize::from(o.retry_cnt) + 1) * pkts_per_round,
             "{ctx}: packets sent: {sent:?}"
         );
-        // Retransmissions go out exactly one timeout apart.
+        // Round r goes out when the r-th (backed-off) timer fires.
+        let round_start = |r: u32| t * (0..r).map(|i| (1u32 << i).min(4)).sum::<u32>();
         for (k, e) in sent.iter().enumerate() {
             let round = (k / pkts_per_round) as u32;
             assert_eq!(
                 e.at.as_nanos(),
-                (t * round).as_nanos() as u64,
+                round_start(round).as_nanos() as u64,
                 "{ctx}: packet {k} sent at {:?}",
                 e.at
             );
@@ -474,7 +479,9 @@ fn rnr_retry_7_retries_without_end() {
 }
 
 /// retry_cnt 7 is seven retries, not without end (the engine's documented
-/// reading of the IBTA; kernel rxe retries forever).
+/// reading of the IBTA; kernel rxe retries forever). With the timer's
+/// backoff they take 1 + 2 + 6 × 4 = 27 nominal intervals: 1.8 s at
+/// timeout 14.
 #[test]
 fn retry_cnt_7_is_finite() {
     let mut sim = Sim::new(
@@ -499,7 +506,7 @@ fn retry_cnt_7_is_finite() {
         statuses(&sim, 0, qa, WorkQueue::Send),
         vec![(1, WcStatus::RetryExcErr)]
     );
-    assert_eq!(sim.now.as_nanos(), 8 * 67_108_864);
+    assert_eq!(sim.now.as_nanos(), 27 * 67_108_864);
 }
 
 // ---------------------------------------------------------------------------

@@ -48,6 +48,17 @@
 //!   stopped when nothing is outstanding and during an RNR wait (IBTA
 //!   9.7.6.1: the interval is 4.096 µs × 2^timeout, `local_ack_timeout`;
 //!   timeout 0 means no timer).
+//! - The timer backs off: each retry spent without progress doubles the
+//!   next interval, up to 4× the nominal one ([`ACK_TIMEOUT_BACKOFF_MAX`]).
+//!   The attribute is the *minimum* wait before a retransmission
+//!   (`ibv_modify_qp(3)`'s "local ack timeout"; RDMAmojo: "the minimum
+//!   timeout that a QP waits for ACK/NACK"), so waiting longer is allowed,
+//!   and HCAs do. Why: a peer that stalls for a moment (a busy software
+//!   RoCE, a VM paused by its host) goes silent for longer than 8 nominal
+//!   intervals; kernel rxe hides such stalls by retrying for ever at
+//!   `retry_cnt` 7. With the backoff, `retry_cnt` 7 at timeout 14 (67 ms)
+//!   waits 27 intervals (1.8 s) before RETRY_EXC_ERR instead of 8 (0.54 s),
+//!   while the first retransmission still comes after one interval.
 //! - Completion on a local error (a bad L_Key, out of bounds): the request
 //!   completes with LOC_PROT_ERR once every request before it has completed,
 //!   and the QP goes to ERR (`QpCommon::fatal`, as kernel rxe's requester
@@ -85,6 +96,9 @@ const ACK_REQ_INTERVAL: u32 = MAX_UNACKED_PSNS / 4;
 pub const MAX_MESSAGE_LEN: u64 = 1 << 31;
 /// `rnr_retry` 7 means retry without end (IBTA 9.7.5.2.8, 12.7.39).
 const RNR_RETRY_FOREVER: u8 = 7;
+/// The transport timer's interval grows to at most this many times the
+/// nominal `local_ack_timeout` while retries go without progress.
+pub const ACK_TIMEOUT_BACKOFF_MAX: u32 = 4;
 
 /// One QP's send side: the queue, the send position, and (shared with the
 /// completer) the acknowledgement state and timers.
@@ -397,10 +411,15 @@ impl Requester {
 
     // ---- shared with the completer ----
 
-    /// When the transport timer fires if armed at `now`.
+    /// When the transport timer fires if armed at `now`: the nominal
+    /// interval, doubled for each retry spent since the last progress, at
+    /// most [`ACK_TIMEOUT_BACKOFF_MAX`] times it.
     pub(super) fn ack_deadline(&self, common: &QpCommon, now: Instant) -> Option<Instant> {
-        let t = common.config.attrs().timeout.and_then(local_ack_timeout)?;
-        Some(now.saturating_add(t))
+        let a = common.config.attrs();
+        let t = a.timeout.and_then(local_ack_timeout)?;
+        let spent = a.retry_cnt.unwrap_or(0).saturating_sub(self.retry_left);
+        let factor = (1u32 << spent.min(7)).min(ACK_TIMEOUT_BACKOFF_MAX);
+        Some(now.saturating_add(t.saturating_mul(factor)))
     }
 
     pub(super) fn reset_retries(&mut self, common: &QpCommon) {
@@ -1461,22 +1480,30 @@ mod tests {
             assert_eq!(r.drain().len(), 3);
             // The first packet is acknowledged; the rest is lost for ever.
             r.rx(&ack(100));
+            // The intervals back off: 1, 2, 4, 4, ... times the nominal one.
+            let interval = |spent: u32| t * (1u32 << spent).min(ACK_TIMEOUT_BACKOFF_MAX);
             let mut retries = 0;
+            let mut due = Instant::ZERO.saturating_add(interval(0));
             loop {
                 let at = r.fire();
+                assert_eq!(at, due);
                 if r.common.state() == QpState::Error {
                     break;
                 }
                 retries += 1;
-                assert_eq!(at, Instant::ZERO.saturating_add(t * retries));
+                due = due.saturating_add(interval(retries));
                 let psns: Vec<u32> = r.drain().iter().map(|b| psn_of(b)).collect();
                 assert_eq!(psns, [101, 102], "resent from the oldest unacked");
             }
             assert_eq!(retries, u32::from(retry_cnt));
-            assert_eq!(
-                r.now,
-                Instant::ZERO.saturating_add(t * (u32::from(retry_cnt) + 1))
-            );
+            // retry_cnt 7: 1 + 2 + 4 × 6 = 27 nominal intervals in all.
+            let total: u32 = (0..=u32::from(retry_cnt))
+                .map(|i| (1u32 << i).min(ACK_TIMEOUT_BACKOFF_MAX))
+                .sum();
+            assert_eq!(r.now, Instant::ZERO.saturating_add(t * total));
+            if retry_cnt == 7 {
+                assert_eq!(total, 27);
+            }
             assert_eq!(
                 r.take_wcs(),
                 [(1, WcStatus::RetryExcErr), (2, WcStatus::WrFlushErr)]
@@ -1511,6 +1538,34 @@ mod tests {
         assert_eq!(r.drain().len(), 1);
         r.rx(&ack(102));
         assert_eq!(r.take_wcs(), [(1, WcStatus::Success)]);
+    }
+
+    /// The backed-off interval returns to the nominal one at progress.
+    #[test]
+    fn progress_ends_the_timer_backoff() {
+        let mut r = Rig::new(
+            QpType::Rc,
+            Rts {
+                retry_cnt: 7,
+                timeout: 10,
+                ..Rts::default()
+            },
+        );
+        let t = local_ack_timeout(10).unwrap();
+        r.post(r.wr(1, SendOp::Send, vec![r.src_sge(0, 3 * M as u32)]))
+            .unwrap();
+        r.drain();
+        let first = r.fire();
+        r.drain();
+        let second = r.fire();
+        r.drain();
+        assert_eq!(second, first.saturating_add(t * 2), "one retry spent: 2x");
+        let third = r.fire();
+        r.drain();
+        assert_eq!(third, second.saturating_add(t * 4), "two spent: 4x");
+        r.rx(&ack(100));
+        let after = r.req.poll_timeout().expect("PSNs 101..102 outstanding");
+        assert_eq!(after, r.now.saturating_add(t), "progress: nominal again");
     }
 
     #[test]
