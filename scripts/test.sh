@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The test command: installs what the tests need, then format, lints and
-# every test in the workspace.
+# The test command: installs what the tests need, then format, lints,
+# every test in the workspace, and the interop tests against the kernel's
+# Soft-RoCE in a QEMU guest (scripts/interop.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -13,8 +14,14 @@ trap 'rm -f "$log"' EXIT
 set +e
 cargo test --workspace 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
+# Against the kernel's own Soft-RoCE in a QEMU guest (installs QEMU, builds
+# and boots the guest; RXE_SKIP_INTEROP=1 skips it, loudly).
+bash scripts/interop.sh 2>&1 | tee -a "$log"
+interop=${PIPESTATUS[0]}
 set -e
 # One closing line for the whole workspace (cargo prints one per test binary,
 # the last often a doc-test run with nothing in it).
 awk '/^test result:/ { p += $4; f += $6 } END { printf "%d passed, %d failed\n", p, f }' "$log"
-exit "$status"
+[ "$interop" -eq 0 ] || echo "interop: FAILED (exit status $interop)"
+[ "$status" -ne 0 ] && exit "$status"
+exit "$interop"

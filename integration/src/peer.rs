@@ -19,15 +19,17 @@ pub const GUEST_IP: &str = "10.99.0.2";
 pub const NETNS: &str = "rxepeer";
 
 /// Where `peer.sh` is: `RXE_PEER_DIR`, else `shared/interop` next to the
-/// repository, else `/work/shared/interop`.
+/// repository, else `/work/shared/interop`, else the copy in
+/// `integration/peer/` (the order of `scripts/interop.sh`).
 pub fn peer_dir() -> Option<PathBuf> {
     if let Some(d) = std::env::var_os("RXE_PEER_DIR") {
         return Some(PathBuf::from(d));
     }
-    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     [
-        repo.join("../shared/interop"),
+        here.join("../../shared/interop"),
         PathBuf::from("/work/shared/interop"),
+        here.join("peer"),
     ]
     .into_iter()
     .find(|d| d.join("peer.sh").exists())

@@ -3,7 +3,11 @@
 //! the kernel's Soft-RoCE in the reference guest, in both directions: our
 //! client with the guest's server, then the guest's client with our server.
 //! Both exit statuses must be 0; each side's tool checks that every
-//! iteration completed.
+//! iteration completed. The data is checked too: the real tools receive
+//! into the buffer they send from, so they send back what they received;
+//! rxe sends a new pattern every time and, with `--chk-echo`, checks every
+//! byte that comes back (rc, uc and ud; ibv_srq_pingpong's QPs share one
+//! buffer, so its echo is not one message).
 //!
 //! The tests are ignored by a plain `cargo test`; `scripts/interop.sh`
 //! boots the guest (with a 9000-byte MTU, so that path MTU 4096 is
@@ -32,6 +36,9 @@ fn both_ways_on(kind: &str, tool: &str, opts: &str, our_ip: &str, guest_gid: u8)
         let mut v = vec!["pingpong".to_string(), kind.to_string()];
         v.extend(opts.split_whitespace().map(str::to_string));
         v.extend(["--ip", our_ip, "--timeout", "90"].map(str::to_string));
+        if kind != "srq" {
+            v.push("--chk-echo".to_string());
+        }
         if !server {
             v.push(GUEST_IP.to_string());
         }

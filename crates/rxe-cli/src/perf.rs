@@ -171,8 +171,14 @@ pub struct Args {
     /// Give every message and buffer a pattern and check all data that
     /// arrives, every READ, every atomic result and the final contents of
     /// the buffer the peer wrote (rxe on both sides only).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "chk_same_reads")]
     check: bool,
+    /// The peer is perftest's ib_read_bw server, whose buffer holds random
+    /// bytes that do not change during the test: check that every READ of
+    /// a position returns exactly what the first READ of it returned
+    /// (READ bandwidth client only).
+    #[arg(long = "chk-same-reads")]
+    chk_same_reads: bool,
     /// Give up when the peer or a completion keeps us waiting this long
     /// (seconds) [default: wait forever, as the real tools].
     #[arg(long, value_name = "SECS")]
@@ -197,6 +203,7 @@ struct Config {
     qp_timeout: u8,
     unit: BwUnit,
     check: bool,
+    same_reads: bool,
     timeout: Option<Duration>,
     gid_index: Option<u8>,
 }
@@ -295,6 +302,9 @@ impl Config {
             Some(t) if t.is_finite() && t > 0.0 => Some(Duration::from_secs_f64(t)),
             Some(t) => bail!("invalid timeout {t}: a positive number of seconds"),
         };
+        if a.chk_same_reads && (verb != Verb::Read || a.lat || a.host.is_none()) {
+            bail!("--chk-same-reads applies to the client of the READ bandwidth test only");
+        }
         Ok(Config {
             verb,
             lat: a.lat,
@@ -315,6 +325,7 @@ impl Config {
                 BwUnit::MBytes
             },
             check: a.check,
+            same_reads: a.chk_same_reads,
             timeout,
             gid_index: a.gid_index,
         })
@@ -330,6 +341,12 @@ impl Config {
             lat: self.lat,
             qps: self.qps,
         }
+    }
+
+    /// Each outstanding request has a local slot of its own (so that its
+    /// data can be checked once it completes).
+    fn own_slots(&self) -> bool {
+        self.check || self.same_reads
     }
 
     /// READ and atomic tests let many requests be outstanding.
@@ -424,7 +441,7 @@ impl Layout {
         let slot = round_up(size, 8);
         let (src_slot, src_slots) = if cfg.lat {
             (slot, 1)
-        } else if cfg.check {
+        } else if cfg.own_slots() {
             (slot, u64::from(cfg.tx_depth))
         } else {
             // Without checks the sender's own address walks as the
@@ -481,6 +498,65 @@ impl Layout {
                 (p + (visits - 1) * self.positions, visits)
             })
             .collect()
+    }
+}
+
+/// `--chk-same-reads`: the first READ of each remote position, per QP,
+/// and how many READs matched it.
+struct SameReads {
+    first: Vec<Vec<Option<(u64, Vec<u8>)>>>,
+    count: Vec<Vec<u64>>,
+}
+
+impl SameReads {
+    fn new(qps: usize, positions: u64) -> SameReads {
+        SameReads {
+            first: vec![vec![None; positions as usize]; qps],
+            count: vec![vec![0; positions as usize]; qps],
+        }
+    }
+
+    /// Keeps `bytes` of READ `k` as the reference if it is the first READ
+    /// of `pos`, else compares: Err((first READ's number, offset, got,
+    /// expected)).
+    fn compare(
+        &mut self,
+        q: usize,
+        pos: usize,
+        k: u64,
+        bytes: Vec<u8>,
+    ) -> Result<(), (u64, usize, u8, u8)> {
+        self.count[q][pos] += 1;
+        match &self.first[q][pos] {
+            None => {
+                self.first[q][pos] = Some((k, bytes));
+                Ok(())
+            }
+            Some((first, want)) => match (0..want.len()).find(|&i| bytes[i] != want[i]) {
+                None => Ok(()),
+                Some(i) => Err((*first, i, bytes[i], want[i])),
+            },
+        }
+    }
+
+    /// One line for the user: how much was compared, and whether the
+    /// peer's bytes vary at all (a buffer of one byte value would hide a
+    /// READ that returned the wrong part of it).
+    fn summary(&self) -> String {
+        let reads: u64 = self.count.iter().flatten().sum();
+        let firsts: Vec<&Vec<u8>> = self
+            .first
+            .iter()
+            .flatten()
+            .flatten()
+            .map(|(_, b)| b)
+            .collect();
+        let uniform = firsts.iter().all(|b| b.windows(2).all(|w| w[0] == w[1]));
+        format!(
+            " Data check: {reads} READs, each the same bytes as the first READ of its position ({} positions){}",
+            firsts.len(),
+            if uniform { "; the peer's buffer is uniform, so this proves little" } else { "" }
+        )
     }
 }
 
@@ -674,6 +750,9 @@ fn session(dev: &Device, target: &Target, cfg: &Config) -> Result<()> {
     } else if client {
         report = s.bw_sender()?;
         say([rep::bw_row(&report, cfg.unit), rep::RULE.to_string()])?;
+        if let Some(note) = s.data_note.take() {
+            say([note])?;
+        }
         ch.finish(&flow, &mine[0], &theirs[0], &report)
             .map_err(tcp)
             .context("failed to close the connection between server and client")?;
@@ -757,6 +836,8 @@ struct Perf<'a> {
     regions: Vec<Vec<u8>>,
     start: Instant,
     wcs: Vec<WorkCompletion>,
+    /// What a data check found, printed under the table.
+    data_note: Option<String>,
 }
 
 impl<'a> Perf<'a> {
@@ -848,6 +929,7 @@ impl<'a> Perf<'a> {
             },
             start: Instant::now(),
             wcs: Vec::with_capacity(64),
+            data_note: None,
         })
     }
 
@@ -991,7 +1073,7 @@ impl<'a> Perf<'a> {
         let cfg = self.cfg;
         let peer = self.theirs[q];
         let mr = &self.mrs[q];
-        let local = self.lay.local(k, cfg.check);
+        let local = self.lay.local(k, cfg.own_slots());
         let remote_addr = peer.vaddr.wrapping_add(self.lay.remote(k));
         let size = cfg.size as u32;
         let op = match cfg.verb {
@@ -1058,6 +1140,20 @@ impl<'a> Perf<'a> {
         }
     }
 
+    /// --chk-same-reads: READ `k` of QP `q` has completed; its bytes must
+    /// be those of the first READ of the same remote position.
+    fn compare_read(&self, q: usize, k: u64, reads: &mut SameReads) -> Result<()> {
+        let mut buf = vec![0u8; self.cfg.size as usize];
+        self.mrs[q].read(self.lay.local(k, true) as usize, &mut buf)?;
+        let pos = (k % self.lay.positions) as usize;
+        reads.compare(q, pos, k, buf).map_err(|(first, i, got, want)| {
+            anyhow!(
+                "READ {k} on QP 0x{:06x}: byte {i} is {got:#04x}, but READ {first} of the same bytes gave {want:#04x}",
+                self.qps[q].qp_num()
+            )
+        })
+    }
+
     /// --check on a bandwidth sender: messages `from..=to` of QP `q` have
     /// completed; READ data and atomic results must be right.
     fn check_completed(&self, q: usize, from: u64, to: u64, region: &[u8]) -> Result<()> {
@@ -1109,6 +1205,7 @@ impl<'a> Perf<'a> {
         let mut completed: Vec<(u64, Duration)> = Vec::new();
         let mut done = 0usize;
         let regions = self.regions.clone();
+        let mut reads = SameReads::new(nq, self.lay.positions);
         let mut w = Waiter::new(cfg.timeout);
         self.start = Instant::now();
         while done < total {
@@ -1140,6 +1237,11 @@ impl<'a> Perf<'a> {
                 if cfg.check {
                     self.check_completed(q, ccnt[q], k, &regions[q])?;
                 }
+                if cfg.same_reads {
+                    for j in ccnt[q]..=k {
+                        self.compare_read(q, j, &mut reads)?;
+                    }
+                }
                 done += (k + 1 - ccnt[q]) as usize;
                 ccnt[q] = k + 1;
                 if !keep_all {
@@ -1148,6 +1250,9 @@ impl<'a> Perf<'a> {
                 completed.push((done as u64 - 1, t));
             }
             self.wcs = wcs;
+        }
+        if cfg.same_reads {
+            self.data_note = Some(reads.summary());
         }
         Ok(rep::bw_report(
             cfg.size,
@@ -1526,6 +1631,37 @@ mod tests {
     fn cfg(args: &[&str]) -> Result<Config> {
         let t = T::try_parse_from(std::iter::once("perf").chain(args.iter().copied()))?;
         Config::from_args(&t.a)
+    }
+
+    #[test]
+    fn same_reads_is_for_the_read_bw_client() {
+        let c = cfg(&["read", "--chk-same-reads", "host"]).unwrap();
+        assert!(c.same_reads && c.own_slots() && !c.check);
+        for bad in [
+            &["read", "--chk-same-reads"][..],
+            &["write", "--chk-same-reads", "host"],
+            &["read", "--lat", "--chk-same-reads", "host"],
+            &["read", "--check", "--chk-same-reads", "host"],
+        ] {
+            assert!(cfg(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn same_reads_compares_with_the_first_read_of_each_position() {
+        let mut r = SameReads::new(2, 2);
+        assert_eq!(r.compare(0, 1, 7, vec![1, 2, 3]), Ok(()));
+        assert_eq!(r.compare(0, 1, 9, vec![1, 2, 3]), Ok(()));
+        // Another QP and another position have references of their own.
+        assert_eq!(r.compare(1, 1, 0, vec![4, 5, 6]), Ok(()));
+        assert_eq!(r.compare(0, 0, 8, vec![9, 9, 9]), Ok(()));
+        assert_eq!(r.compare(0, 1, 11, vec![1, 0, 3]), Err((7, 1, 0, 2)));
+        assert!(r.summary().starts_with(" Data check: 5 READs"));
+        assert!(r.summary().contains("(3 positions)"));
+        assert!(!r.summary().contains("uniform"));
+        let mut u = SameReads::new(1, 1);
+        u.compare(0, 0, 0, vec![0; 8]).unwrap();
+        assert!(u.summary().contains("uniform"));
     }
 
     #[test]

@@ -7,8 +7,10 @@
 //! What rxe adds: `--ip` puts the device on one local address (so that two
 //! processes on one host each have their own), `-c` fills every message
 //! with a pattern and checks every received one (meaningful only when both
-//! sides are rxe: the real tools send their buffer's 0x7b bytes), and
-//! `--timeout` bounds every wait (the real tools wait forever).
+//! sides are rxe: the real tools send their buffer's 0x7b bytes),
+//! `--chk-echo` checks the data against a real tool (which sends back what
+//! it received), and `--timeout` bounds every wait (the real tools wait
+//! forever).
 //!
 //! The exchange is the tools': the client sends first; each side, once a
 //! QP's send and receive have both completed, sends again, until it has
@@ -109,8 +111,15 @@ pub struct Args {
     events: bool,
     /// Fill each message with a pattern and check every one received
     /// (rxe on both sides only).
-    #[arg(short = 'c', long = "chk")]
+    #[arg(short = 'c', long = "chk", conflicts_with = "chk_echo")]
     check: bool,
+    /// The peer is rdma-core's own ibv_rc/uc/ud_pingpong, which receives
+    /// into the buffer it sends from and so sends back the message it last
+    /// received: send a new pattern each time and check that every message
+    /// coming back is the one sent before it (a client's first message,
+    /// its initial buffer, is not checked).
+    #[arg(long = "chk-echo")]
+    chk_echo: bool,
     /// Number of QPs (srq only) [default: 16].
     #[arg(short = 'q', long = "num-qp")]
     num_qp: Option<u32>,
@@ -118,6 +127,16 @@ pub struct Args {
     /// (seconds) [default: wait forever, as the real tools].
     #[arg(long, value_name = "SECS")]
     timeout: Option<f64>,
+}
+
+/// What `rxe pingpong` checks of the data it receives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Check {
+    Off,
+    /// `-c`: the peer (rxe) fills each message with its pattern.
+    Pattern,
+    /// `--chk-echo`: the peer (the real tool) sends back our last message.
+    Echo,
 }
 
 /// The validated settings of one run.
@@ -132,7 +151,7 @@ struct Config {
     iters: u64,
     sl: u8,
     events: bool,
-    check: bool,
+    check: Check,
     num_qp: u32,
     timeout: Option<Duration>,
     gid_idx: Option<u8>,
@@ -196,6 +215,14 @@ impl Config {
                 a.rx_depth
             );
         }
+        let check = match (a.check, a.chk_echo) {
+            (_, true) if a.kind == Kind::Srq => bail!(
+                "--chk-echo does not apply to srq: ibv_srq_pingpong's QPs share one buffer, so what it sends back is not one message"
+            ),
+            (_, true) => Check::Echo,
+            (true, false) => Check::Pattern,
+            (false, false) => Check::Off,
+        };
         let timeout = match a.timeout {
             None => None,
             Some(t) if t.is_finite() && t > 0.0 => Some(Duration::from_secs_f64(t)),
@@ -211,7 +238,7 @@ impl Config {
             iters: u64::from(a.iters),
             sl: a.sl,
             events: a.events,
-            check: a.check,
+            check,
             num_qp,
             timeout,
             gid_idx: a.gid_idx,
@@ -624,7 +651,7 @@ impl Pingpong {
 
     fn post_send(&mut self, i: usize) -> Result<()> {
         let off = self.send_offset(i);
-        if self.cfg.check {
+        if self.cfg.check != Check::Off {
             let seq = self.progress[i].sent;
             let buf = &mut self.scratch[..self.cfg.size];
             pattern::fill(buf, self.role, i as u32, seq);
@@ -733,7 +760,7 @@ impl Pingpong {
                     SEND_WRID => scnt += 1,
                     RECV_WRID => {
                         let slot = (wc.wr_id >> 2) as usize;
-                        if self.cfg.check {
+                        if self.cfg.check != Check::Off {
                             self.verify(wc, qi, slot)?;
                         }
                         self.progress[qi].received += 1;
@@ -761,6 +788,7 @@ impl Pingpong {
     }
 
     /// `-c`: the message is the peer's next on this QP, whole and intact.
+    /// `--chk-echo`: it is our own message before it, sent back.
     fn verify(&mut self, wc: &WorkCompletion, qi: usize, slot: usize) -> Result<()> {
         let seq = self.progress[qi].received;
         let ud = self.cfg.kind == Kind::Ud;
@@ -791,11 +819,25 @@ impl Pingpong {
                 );
             }
         }
+        // Whose pattern, of which of its messages, this one must be.
+        let (from, of) = match (self.cfg.check, self.role) {
+            (Check::Echo, Role::Client) => (self.role, seq),
+            // A client tool's first message is its initial buffer; then
+            // it sends back our message 0, 1, ...
+            (Check::Echo, Role::Server) if seq == 0 => return Ok(()),
+            (Check::Echo, Role::Server) => (self.role, seq - 1),
+            _ => (self.role.peer(), seq),
+        };
         let off = self.slot_offset(slot) + if ud { GRH_LEN } else { 0 };
         let buf = &mut self.scratch[..self.cfg.size];
         self.mr.read(off, buf)?;
-        if let Err(m) = pattern::check(buf, self.role.peer(), qi as u32, seq) {
-            bail!("{}: data check failed: {m}", what());
+        if let Err(m) = pattern::check(buf, from, qi as u32, of) {
+            let whose = if self.cfg.check == Check::Echo {
+                format!(" (expected our message {of} sent back)")
+            } else {
+                String::new()
+            };
+            bail!("{}: data check failed{whose}: {m}", what());
         }
         Ok(())
     }
@@ -824,6 +866,16 @@ mod tests {
     }
 
     #[test]
+    fn data_checks() {
+        assert_eq!(cfg(&["rc"]).unwrap().check, Check::Off);
+        assert_eq!(cfg(&["rc", "-c"]).unwrap().check, Check::Pattern);
+        assert_eq!(cfg(&["ud", "--chk-echo"]).unwrap().check, Check::Echo);
+        assert!(cfg(&["rc", "-c", "--chk-echo"]).is_err());
+        let e = cfg(&["srq", "--chk-echo"]).unwrap_err().to_string();
+        assert!(e.contains("share one buffer"), "{e}");
+    }
+
+    #[test]
     fn defaults_are_the_tools() {
         let c = cfg(&["rc"]).unwrap();
         assert_eq!(
@@ -838,7 +890,7 @@ mod tests {
         assert_eq!((c.num_qp, c.messages()), (16, 256));
         let c = cfg(&["uc", "-s", "1", "-m", "4096", "-n", "3", "-e", "-c", "h"]).unwrap();
         assert_eq!((c.size, c.mtu, c.iters), (1, PathMtu::Mtu4096, 3));
-        assert!(c.events && c.check);
+        assert!(c.events && c.check == Check::Pattern);
     }
 
     #[test]

@@ -183,6 +183,30 @@ fn a_wrong_payload_fails_the_check() {
 }
 
 #[test]
+fn an_echo_check_refuses_a_peer_that_does_not_echo() {
+    // --chk-echo expects the real tool, which sends back what it received;
+    // an rxe server with -c sends its own pattern instead.
+    let (s, c) = pair_split(
+        "rc",
+        "127.0.105.51",
+        "127.0.105.52",
+        28610,
+        &["-c", "-n", "5", "--timeout", "3"],
+        &["--chk-echo", "-n", "5", "--timeout", "5"],
+    );
+    assert!(!c.ok(), "{c:#?}");
+    assert!(
+        c.stderr.contains("message 0 from the server on QP 0x"),
+        "{c:#?}"
+    );
+    assert!(
+        c.stderr.contains("(expected our message 0 sent back)"),
+        "{c:#?}"
+    );
+    assert!(!s.ok(), "{s:#?}");
+}
+
+#[test]
 fn mismatched_qp_counts_are_refused() {
     let (s, c) = pair_split(
         "srq",
