@@ -501,10 +501,13 @@ impl Layout {
     }
 }
 
+/// The number of a READ and the bytes it returned.
+type FirstRead = (u64, Vec<u8>);
+
 /// `--chk-same-reads`: the first READ of each remote position, per QP,
 /// and how many READs matched it.
 struct SameReads {
-    first: Vec<Vec<Option<(u64, Vec<u8>)>>>,
+    first: Vec<Vec<Option<FirstRead>>>,
     count: Vec<Vec<u64>>,
 }
 
