@@ -101,6 +101,13 @@ fn rc_1_mib_mtu_4096() {
 
 #[test]
 #[ignore = "needs the reference peer: run scripts/interop.sh"]
+fn rc_10000_bytes_mtu_2048() {
+    // Five packets, the last one short.
+    both_ways("rc", "ibv_rc_pingpong", "-n 20 -s 10000 -m 2048");
+}
+
+#[test]
+#[ignore = "needs the reference peer: run scripts/interop.sh"]
 fn rc_events() {
     both_ways("rc", "ibv_rc_pingpong", "-n 20 -e");
 }
