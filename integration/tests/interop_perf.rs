@@ -2,8 +2,10 @@
 //! kernel's Soft-RoCE in the reference guest, in both directions. Both exit
 //! statuses must be 0, and each side must print its result table. perftest
 //! does not check data; rxe checks what it can see of it: as ib_read_bw's
-//! client every READ (`--chk-same-reads`), and in ib_write_lat each side
-//! waits for the peer's exact iteration number in the byte it polls.
+//! client every READ (`--chk-same-reads`), as ib_atomic_bw's FETCH_ADD
+//! server that every word ends at its first value plus the number of adds
+//! to it, each applied exactly once (`--check`), and in ib_write_lat each
+//! side waits for the peer's exact iteration number in the byte it polls.
 //!
 //! Ignored by a plain `cargo test`; `scripts/interop.sh` runs them.
 
@@ -20,14 +22,21 @@ fn both_ways(tool: &str, opts: &str, ours: &str) {
     let _turn = exclusive();
     // As the client of ib_read_bw, rxe checks the data it reads: the
     // server's buffer is random and does not change, so every READ of a
-    // position must return the bytes of the first.
-    let read_bw = ours.starts_with("read") && !ours.contains("--lat");
+    // position must return the bytes of the first. As the server of
+    // ib_atomic_bw's FETCH_ADD (perftest adds 1), rxe knows what its words
+    // held and checks that each add was applied exactly once.
+    let bw = !ours.contains("--lat");
+    let client_checks = bw && ours.starts_with("read");
+    let server_checks = bw && ours.starts_with("atomic") && !ours.contains("--cmp-swap");
     let args = |server: bool| -> Vec<String> {
         let mut v = vec!["perf".to_string()];
         v.extend(ours.split_whitespace().map(str::to_string));
         v.extend(["--ip", HOST_IP, "--timeout", "150"].map(str::to_string));
+        if server && server_checks {
+            v.push("--check".to_string());
+        }
         if !server {
-            if read_bw {
+            if client_checks {
                 v.push("--chk-same-reads".to_string());
             }
             v.push(GUEST_IP.to_string());
@@ -46,7 +55,7 @@ fn both_ways(tool: &str, opts: &str, ours: &str) {
         "{tool} {opts}, guest server: rxe exit {rs}, guest exit {gs}\n--- rxe:\n{rout}\n--- guest:\n{gout}"
     );
     assert!(rout.contains("#bytes"), "{rout}");
-    if read_bw {
+    if client_checks {
         assert!(rout.contains(" Data check: "), "{rout}");
         assert!(!rout.contains("uniform"), "{rout}");
     }
@@ -62,6 +71,20 @@ fn both_ways(tool: &str, opts: &str, ours: &str) {
         "{tool} {opts}, rxe server: rxe exit {rs}, guest exit {gs}\n--- rxe:\n{rout}\n--- guest:\n{gout}"
     );
     assert!(gout.contains("#bytes"), "{gout}");
+    if server_checks {
+        assert!(rout.contains("applied exactly once"), "{rout}");
+    }
+}
+
+/// The guest's rdma_rxe counters (`rdma statistic`), by name.
+fn guest_counters() -> std::collections::HashMap<String, u64> {
+    let (s, out) = guest_exec("rdma statistic show link rxe0/1", 20);
+    assert_eq!(s, 0, "{out}");
+    let words: Vec<&str> = out.split_whitespace().collect();
+    words
+        .windows(2)
+        .filter_map(|w| Some((w[0].to_string(), w[1].parse().ok()?)))
+        .collect()
 }
 
 #[test]
@@ -116,12 +139,45 @@ fn send_lat() {
     both_ways("ib_send_lat", "-n 200", "send --lat -n 200");
 }
 
+/// Receivers with 2 receive WQEs for 128 SENDs in flight: each side sends
+/// RNR NAKs (its receive queue is empty) and waits out the other's, with
+/// perftest's RNR timer (min_rnr_timer 12) and rnr_retry 7 (without end).
+#[test]
+#[ignore = "needs the reference peer: run scripts/interop.sh"]
+fn send_bw_through_rnr_naks() {
+    if !require_peer() {
+        return;
+    }
+    let before = guest_counters();
+    both_ways(
+        "ib_send_bw",
+        "-n 300 -s 4096 -r 2",
+        "send -n 300 -s 4096 -r 2",
+    );
+    let after = guest_counters();
+    let grew = |name: &str| after[name] > before[name];
+    assert!(
+        grew("send_rnr_err"),
+        "the guest sent no RNR NAK: {before:?} -> {after:?}"
+    );
+    assert!(
+        grew("rcvd_rnr_err"),
+        "rxe sent no RNR NAK: {before:?} -> {after:?}"
+    );
+    assert_eq!(
+        after["retry_rnr_exceeded_err"],
+        before["retry_rnr_exceeded_err"]
+    );
+}
+
 /// ib_write_bw, ib_read_bw and ib_send_bw in both directions under netem
 /// loss 2%, reordering 5% and duplication 1% on both directions of the
 /// link; perftest itself checks every completion's status, and rxe, as
 /// ib_read_bw's client, every byte it reads. (perftest has no data check
 /// of its own; the SEND data under the same faults is checked byte for
 /// byte by `interop_pingpong::rc_64k_under_loss_reordering_and_duplication`.)
+/// Also ib_atomic_bw, whose FETCH_ADDs to rxe must each apply exactly once
+/// though duplicated and retransmitted requests arrive.
 #[test]
 #[ignore = "needs the reference peer: run scripts/interop.sh"]
 fn bw_under_loss_reordering_and_duplication() {
@@ -135,5 +191,6 @@ fn bw_under_loss_reordering_and_duplication() {
     both_ways("ib_write_bw", "-n 100 -s 16384", "write -n 100 -s 16384");
     both_ways("ib_read_bw", "-n 100 -s 16384", "read -n 100 -s 16384");
     both_ways("ib_send_bw", "-n 100 -s 16384", "send -n 100 -s 16384");
+    both_ways("ib_atomic_bw", "-n 200", "atomic -n 200");
     drop(faults);
 }

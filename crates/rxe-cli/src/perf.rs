@@ -774,7 +774,10 @@ fn session(dev: &Device, target: &Target, cfg: &Config) -> Result<()> {
             .unwrap_or_default();
         say([rep::bw_row(&theirs_report, cfg.unit), rep::RULE.to_string()])?;
         if cfg.check {
-            s.check_target()?;
+            let note = s.check_target()?;
+            if !note.is_empty() {
+                say([note])?;
+            }
         }
     }
     Ok(())
@@ -1034,10 +1037,12 @@ impl<'a> Perf<'a> {
     fn check_wc(&self, wc: &WorkCompletion) -> Result<()> {
         if wc.status != WcStatus::Success {
             let hint = if wc.status == WcStatus::RetryExcErr {
+                // retry_cnt 7; the ACK timer backs off to 4x: 1 + 2 + 6 x 4
+                // nominal intervals in all.
                 let t = 4.096e-6 * f64::from(1u32 << self.cfg.qp_timeout);
                 format!(
-                    " (the peer acknowledged nothing for 7 timeouts of {:.0} ms: gone, or too slow for -u {}?)",
-                    t * 1e3,
+                    " (no progress through 7 retries, timeouts or sequence NAKs, about {:.1} s at -u {}: the peer is gone, or too slow?)",
+                    27.0 * t,
                     self.cfg.qp_timeout
                 )
             } else {
@@ -1338,7 +1343,7 @@ impl<'a> Perf<'a> {
 
     /// --check on the server of the WRITE and atomic bandwidth tests: the
     /// buffer holds what the client's last request to each place left.
-    fn check_target(&self) -> Result<()> {
+    fn check_target(&self) -> Result<String> {
         let n = self.cfg.iters;
         let size = self.cfg.size as usize;
         for (q, mr) in self.mrs.iter().enumerate() {
@@ -1379,7 +1384,16 @@ impl<'a> Perf<'a> {
                 Verb::Read | Verb::Send => {}
             }
         }
-        Ok(())
+        let positions = self.lay.positions.min(n) as usize * self.mrs.len();
+        Ok(match self.cfg.verb {
+            Verb::Write => format!(
+                " Data check: each of {positions} positions holds the last WRITE to it"
+            ),
+            Verb::Atomic => format!(
+                " Data check: each of {positions} words holds its first value plus the number of atomics to it (each applied exactly once)"
+            ),
+            Verb::Read | Verb::Send => String::new(),
+        })
     }
 
     /// Waits for the completion of the one send outstanding.

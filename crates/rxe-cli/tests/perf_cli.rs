@@ -121,6 +121,15 @@ fn rdma_bw(n: u16, test: &[&str], title: &str, size: u64, iters: u64, qps: usize
         .stdout
         .iter()
         .any(|l| l.starts_with(" TX depth        : ")));
+    // A WRITE or atomic server checked its buffer at the end, and says so.
+    if matches!(test[0], "write" | "atomic") {
+        assert!(
+            s.stdout
+                .iter()
+                .any(|l| l.starts_with(" Data check: each of ")),
+            "{s:#?}"
+        );
+    }
 }
 
 #[test]
@@ -272,6 +281,37 @@ fn send_lat_checked() {
     check_side(&c, "Send Latency Test", "127.0.111.18", "127.0.111.17", 1);
     check_lat_row(&c, 2.0, 300.0);
     check_lat_row(&s, 2.0, 300.0);
+}
+
+#[test]
+fn same_reads_against_a_server_that_does_not_check() {
+    // The client cannot know the server's bytes, only that every READ of a
+    // place returns the same: true of a patterned buffer, and of a buffer
+    // of zeros, which it flags as proving little.
+    let (s, c) = pair_split(
+        13,
+        &["read", "-n", "60", "-s", "3000", "--check"],
+        &["read", "-n", "60", "-s", "3000", "--chk-same-reads"],
+    );
+    assert!(s.ok() && c.ok(), "{s:#?} {c:#?}");
+    let note = c.stdout.iter().find(|l| l.starts_with(" Data check: "));
+    assert_eq!(
+        note.map(String::as_str),
+        Some(" Data check: 60 READs, each the same bytes as the first READ of its position (1 positions)"),
+        "{c:#?}"
+    );
+    let (s, c) = pair_split(
+        14,
+        &["read", "-n", "20", "-s", "3000"],
+        &["read", "-n", "20", "-s", "3000", "--chk-same-reads"],
+    );
+    assert!(s.ok() && c.ok(), "{s:#?} {c:#?}");
+    assert!(
+        c.stdout
+            .iter()
+            .any(|l| l.ends_with("so this proves little")),
+        "{c:#?}"
+    );
 }
 
 #[test]

@@ -354,6 +354,54 @@ mod tests {
         );
     }
 
+    /// Kernel rxe answers the packets in flight behind an RNR NAK'd one
+    /// with a NAK PSN sequence error for the same PSN. That is no new
+    /// error: many RNR rounds must not spend `retry_cnt`.
+    #[test]
+    fn a_sequence_nak_behind_an_rnr_nak_costs_no_retry() {
+        let mut r = Rig::new(
+            QpType::Rc,
+            Rts {
+                retry_cnt: 1,
+                rnr_retry: 7,
+                ..Rts::default()
+            },
+        );
+        sends(&mut r, 3, 10);
+        assert_eq!(r.drain().len(), 3);
+        let rnr = ack_with(100, Syndrome::RnrNak { timer: 14 });
+        let seq = ack_with(100, Syndrome::Nak(NakCode::PsnSequenceError));
+        for _ in 0..10 {
+            r.rx(&rnr);
+            r.rx(&seq);
+            assert!(r.tx().is_none(), "waits for the RNR timer");
+            r.fire();
+            let psns: Vec<u32> = r.drain().iter().map(|b| psn_of(b)).collect();
+            assert_eq!(psns, [100, 101, 102], "resent once, from the NAK'd PSN");
+            // The sequence NAK of the previous round, late, starts nothing.
+            r.rx(&seq);
+            assert!(r.drain().is_empty());
+        }
+        assert_eq!(r.counters.get(Counter::CompleterRetryErr), 0);
+        assert!(r.take_wcs().is_empty());
+        r.rx(&ack(102));
+        assert_eq!(
+            r.take_wcs(),
+            [
+                (1, WcStatus::Success),
+                (2, WcStatus::Success),
+                (3, WcStatus::Success)
+            ]
+        );
+        // A sequence NAK after progress is a real one and costs a retry.
+        sends(&mut r, 2, 10);
+        assert_eq!(r.drain().len(), 2);
+        r.rx(&ack_with(103, Syndrome::Nak(NakCode::PsnSequenceError)));
+        assert_eq!(r.counters.get(Counter::CompleterRetryErr), 1);
+        let psns: Vec<u32> = r.drain().iter().map(|b| psn_of(b)).collect();
+        assert_eq!(psns, [103, 104]);
+    }
+
     #[test]
     fn fatal_naks_complete_with_their_status_and_flush() {
         for (code, status) in [

@@ -479,8 +479,13 @@ impl Requester {
         }
         self.rnr_until = Some(until);
         self.retrans_at = None;
-        self.rewound_to = None;
         self.rewind(self.una);
+        // The packets sent after the NAK'd one were in flight: the
+        // responder drops them and may answer with a NAK PSN sequence
+        // error for the same PSN (kernel rxe does). That restates this
+        // rewind; it must not cost a retry, or a receiver that stays empty
+        // for a few RNR rounds ends the QP with RETRY_EXC_ERR.
+        self.rewound_to = Some(self.una);
     }
 
     /// Moves the send position back (or forward) to `to`, which lies in a
