@@ -16,6 +16,13 @@ use rxe_integration::peer::*;
 /// perftest's `tool` with `opts` against `rxe perf ours_args`, guest as
 /// server then as client.
 fn both_ways(tool: &str, opts: &str, ours: &str) {
+    both_ways_on(tool, opts, ours, HOST_IP, 1);
+}
+
+/// As [`both_ways`], with rxe's device on `our_ip` and perftest on its GID
+/// `guest_gid` (1: IPv4, 2: IPv6). The TCP side channel stays on IPv4, as
+/// perftest's does.
+fn both_ways_on(tool: &str, opts: &str, ours: &str, our_ip: &str, guest_gid: u8) {
     if !require_peer() {
         return;
     }
@@ -31,7 +38,7 @@ fn both_ways(tool: &str, opts: &str, ours: &str) {
     let args = |server: bool| -> Vec<String> {
         let mut v = vec!["perf".to_string()];
         v.extend(ours.split_whitespace().map(str::to_string));
-        v.extend(["--ip", HOST_IP, "--timeout", "150"].map(str::to_string));
+        v.extend(["--ip", our_ip, "--timeout", "150"].map(str::to_string));
         if server && server_checks {
             v.push("--check".to_string());
         }
@@ -43,7 +50,7 @@ fn both_ways(tool: &str, opts: &str, ours: &str) {
         }
         v
     };
-    let job = GuestJob::start(&format!("{tool} -d rxe0 -x 1 -F {opts}"));
+    let job = GuestJob::start(&format!("{tool} -d rxe0 -x {guest_gid} -F {opts}"));
     assert!(
         guest_waitport(18515, 30),
         "the guest's {tool} did not listen"
@@ -64,7 +71,10 @@ fn both_ways(tool: &str, opts: &str, ours: &str) {
         netns_waitport(18515, Duration::from_secs(30)),
         "rxe's server did not listen"
     );
-    let (gs, gout) = guest_exec(&format!("{tool} -d rxe0 -x 1 -F {opts} {HOST_IP}"), 200);
+    let (gs, gout) = guest_exec(
+        &format!("{tool} -d rxe0 -x {guest_gid} -F {opts} {HOST_IP}"),
+        200,
+    );
     let (rs, rout) = finish(server);
     assert!(
         rs == 0 && gs == 0,
@@ -74,6 +84,20 @@ fn both_ways(tool: &str, opts: &str, ours: &str) {
     if server_checks {
         assert!(rout.contains("applied exactly once"), "{rout}");
     }
+}
+
+/// RoCEv2 over IPv6: rxe on fd99::1, perftest on its IPv6 GID.
+#[test]
+#[ignore = "needs the reference peer: run scripts/interop.sh"]
+fn bw_over_ipv6() {
+    both_ways_on("ib_write_bw", "-n 200", "write -n 200", "fd99::1", 2);
+    both_ways_on(
+        "ib_read_bw",
+        "-n 100 -s 16384",
+        "read -n 100 -s 16384",
+        "fd99::1",
+        2,
+    );
 }
 
 /// The guest's rdma_rxe counters (`rdma statistic`), by name.
