@@ -123,6 +123,11 @@ pub struct Args {
     atomic_type: Option<String>,
     #[command(flatten)]
     place: Place,
+    /// At the end, print the device's nonzero counters on one line, as
+    /// `rdma statistic show` does (duplicates re-acknowledged, NAKs, drops
+    /// by reason ...).
+    #[arg(long)]
+    counters: bool,
     /// Local port GID index [default: the GID of --ip, else the first IPv4 GID].
     #[arg(short = 'x', long = "gid-index", value_name = "GIDIDX")]
     gid_index: Option<u8>,
@@ -388,7 +393,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             LINGER
         });
     }
-    let _ = dev.remove();
+    place::remove_device(dev, args.counters);
     result.map(|()| ExitCode::SUCCESS)
 }
 

@@ -82,6 +82,11 @@ pub struct Args {
     host: Option<String>,
     #[command(flatten)]
     place: Place,
+    /// At the end, print the device's nonzero counters on one line, as
+    /// `rdma statistic show` does (duplicates re-acknowledged, NAKs, drops
+    /// by reason ...).
+    #[arg(long)]
+    counters: bool,
     /// Local port GID index [default: the GID of --ip, else the first IPv4 GID].
     #[arg(short = 'g', long = "gid-idx", value_name = "GID_INDEX")]
     gid_idx: Option<u8>,
@@ -291,7 +296,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     if result.is_ok() {
         std::thread::sleep(LINGER);
     }
-    let _ = dev.remove();
+    place::remove_device(dev, args.counters);
     result.map(|()| ExitCode::SUCCESS)
 }
 

@@ -54,6 +54,25 @@ pub fn add_device(target: &Target) -> Result<Device> {
     Device::add(config).with_context(|| format!("cannot add a device on {}", describe(target)))
 }
 
+/// Removes a command's device, first printing its nonzero counters when
+/// `--counters` asked for them.
+pub fn remove_device(dev: Device, counters: bool) {
+    if counters {
+        println!("{}", counters_line(&dev.counters()));
+    }
+    let _ = dev.remove();
+}
+
+/// ` rxe counters: name value name value ...`, the nonzero ones in the
+/// device's order.
+pub fn counters_line(counters: &[(String, u64)]) -> String {
+    let mut line = " rxe counters:".to_string();
+    for (name, value) in counters.iter().filter(|(_, v)| *v != 0) {
+        line.push_str(&format!(" {name} {value}"));
+    }
+    line
+}
+
 /// The local address the host would send from to reach `host` (a route
 /// lookup; nothing is sent).
 pub fn source_address_for(host: &str) -> Result<IpAddr> {
@@ -136,6 +155,20 @@ mod tests {
         assert!(usable_address("127.0.0.1".parse().unwrap()));
         assert!(usable_address("fd00::1".parse().unwrap()));
         assert!(!usable_address("fe80::1".parse().unwrap()));
+    }
+
+    #[test]
+    fn counters_line_keeps_the_nonzero_ones_in_order() {
+        let c = [
+            ("sent_pkts".to_string(), 10),
+            ("rcvd_seq_err".to_string(), 0),
+            ("duplicate_request".to_string(), 3),
+        ];
+        assert_eq!(
+            counters_line(&c),
+            " rxe counters: sent_pkts 10 duplicate_request 3"
+        );
+        assert_eq!(counters_line(&[]), " rxe counters:");
     }
 
     #[test]

@@ -207,6 +207,29 @@ fn an_echo_check_refuses_a_peer_that_does_not_echo() {
 }
 
 #[test]
+fn counters_at_the_end() {
+    let (s, c) = pair(
+        "rc",
+        "127.0.105.71",
+        "127.0.105.72",
+        28611,
+        &["-n", "7", "-s", "3000", "--counters"],
+    );
+    for f in [&s, &c] {
+        assert!(f.ok(), "{f:#?}");
+        let line = f
+            .stdout
+            .iter()
+            .find(|l| l.starts_with(" rxe counters: "))
+            .unwrap_or_else(|| panic!("no counters line: {f:#?}"));
+        // Seven messages in, seven out, each of 3 packets at MTU 1024.
+        assert!(line.contains(" rdma_recvs 7 "), "{line}");
+        assert!(line.contains(" rdma_sends 7 "), "{line}");
+        assert!(!line.contains(" 0 "), "only nonzero counters: {line}");
+    }
+}
+
+#[test]
 fn mismatched_qp_counts_are_refused() {
     let (s, c) = pair_split(
         "srq",
