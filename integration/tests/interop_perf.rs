@@ -15,16 +15,16 @@ use rxe_integration::peer::*;
 
 /// perftest's `tool` with `opts` against `rxe perf ours_args`, guest as
 /// server then as client.
-fn both_ways(tool: &str, opts: &str, ours: &str) {
-    both_ways_on(tool, opts, ours, HOST_IP, 1);
+fn both_ways(tool: &str, opts: &str, ours: &str) -> [String; 2] {
+    both_ways_on(tool, opts, ours, HOST_IP, 1)
 }
 
 /// As [`both_ways`], with rxe's device on `our_ip` and perftest on its GID
 /// `guest_gid` (1: IPv4, 2: IPv6). The TCP side channel stays on IPv4, as
-/// perftest's does.
-fn both_ways_on(tool: &str, opts: &str, ours: &str, our_ip: &str, guest_gid: u8) {
+/// perftest's does. Returns the clients' outputs: rxe's, then the guest's.
+fn both_ways_on(tool: &str, opts: &str, ours: &str, our_ip: &str, guest_gid: u8) -> [String; 2] {
     if !require_peer() {
-        return;
+        return Default::default();
     }
     let _turn = exclusive();
     // As the client of ib_read_bw, rxe checks the data it reads: the
@@ -55,16 +55,16 @@ fn both_ways_on(tool: &str, opts: &str, ours: &str, our_ip: &str, guest_gid: u8)
         guest_waitport(18515, 30),
         "the guest's {tool} did not listen"
     );
-    let (rs, rout) = finish(rxe_in_netns(&args(false), 200));
+    let (rs, client_out) = finish(rxe_in_netns(&args(false), 200));
     let (gs, gout) = job.wait(200);
     assert!(
         rs == 0 && gs == 0,
-        "{tool} {opts}, guest server: rxe exit {rs}, guest exit {gs}\n--- rxe:\n{rout}\n--- guest:\n{gout}"
+        "{tool} {opts}, guest server: rxe exit {rs}, guest exit {gs}\n--- rxe:\n{client_out}\n--- guest:\n{gout}"
     );
-    assert!(rout.contains("#bytes"), "{rout}");
+    assert!(client_out.contains("#bytes"), "{client_out}");
     if client_checks {
-        assert!(rout.contains(" Data check: "), "{rout}");
-        assert!(!rout.contains("uniform"), "{rout}");
+        assert!(client_out.contains(" Data check: "), "{client_out}");
+        assert!(!client_out.contains("uniform"), "{client_out}");
     }
     let server = rxe_in_netns(&args(true), 200);
     assert!(
@@ -83,6 +83,31 @@ fn both_ways_on(tool: &str, opts: &str, ours: &str, our_ip: &str, guest_gid: u8)
     assert!(gout.contains("#bytes"), "{gout}");
     if server_checks {
         assert!(rout.contains("applied exactly once"), "{rout}");
+    }
+    [client_out, gout]
+}
+
+/// The message sizes of a client's result rows.
+fn row_sizes(out: &str) -> Vec<u64> {
+    out.lines()
+        .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+        .collect()
+}
+
+/// `-a`: every size from 2 B to 8 MiB, one row each on the client, the
+/// server's buffer holding the largest.
+#[test]
+#[ignore = "needs the reference peer: run scripts/interop.sh"]
+fn all_sizes() {
+    let want: Vec<u64> = (1..=23).map(|k| 1u64 << k).collect();
+    for (tool, ours) in [("ib_write_bw", "write"), ("ib_read_bw", "read")] {
+        let outs = both_ways(tool, "-a -n 5", &format!("{ours} -a -n 5"));
+        if outs[0].is_empty() {
+            return; // RXE_SKIP_INTEROP
+        }
+        for o in &outs {
+            assert_eq!(row_sizes(o), want, "{o}");
+        }
     }
 }
 

@@ -51,6 +51,8 @@ const CACHE_LINE: u32 = 64;
 const MIN_RNR_TIMER: u8 = 12;
 /// Defaults of perftest.
 const DEFAULT_BW_SIZE: u64 = 65536;
+/// perftest's -a: sizes 2^1 to 2^23.
+const ALL_SIZES: std::ops::RangeInclusive<u32> = 1..=23;
 const DEFAULT_LAT_SIZE: u64 = 2;
 const DEFAULT_BW_ITERS: u64 = 5000;
 const DEFAULT_LAT_ITERS: u64 = 1000;
@@ -138,8 +140,13 @@ pub struct Args {
     #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
     ib_port: u8,
     /// Message size [default: 65536; --lat: 2; atomic: 8, the only size].
-    #[arg(short = 's', long)]
+    #[arg(short = 's', long, conflicts_with = "all")]
     size: Option<u64>,
+    /// Every size from 2 bytes to 8 MiB, doubling, one row each, as
+    /// perftest's -a (WRITE and READ bandwidth tests; both sides give it:
+    /// the server's buffer must hold 8 MiB messages).
+    #[arg(short = 'a', long = "all")]
+    all: bool,
     /// Number of messages per QP, at least 5 [default: 5000; --lat: 1000].
     #[arg(short = 'n', long)]
     iters: Option<u64>,
@@ -209,6 +216,8 @@ struct Config {
     unit: BwUnit,
     check: bool,
     same_reads: bool,
+    /// -a: every size of [`ALL_SIZES`]; `size` is the largest.
+    all: bool,
     timeout: Option<Duration>,
     gid_index: Option<u8>,
 }
@@ -237,7 +246,14 @@ impl Config {
         if a.lat && verb == Verb::Atomic {
             bail!("there is no atomic latency test: run atomic without --lat");
         }
+        if a.all && (a.lat || !matches!(verb, Verb::Write | Verb::Read)) {
+            bail!("-a runs the WRITE and READ bandwidth tests only");
+        }
+        if a.all && a.check {
+            bail!("-a does not take --check (--chk-same-reads checks the READs of every size)");
+        }
         let size = match (verb, a.size) {
+            _ if a.all => 1 << ALL_SIZES.end(),
             (Verb::Atomic, None | Some(8)) => 8,
             (Verb::Atomic, Some(s)) => bail!("invalid size {s}: atomics are 8 bytes"),
             (_, Some(0)) => bail!("invalid size 0: messages carry at least one byte"),
@@ -331,6 +347,7 @@ impl Config {
             },
             check: a.check,
             same_reads: a.chk_same_reads,
+            all: a.all,
             timeout,
             gid_index: a.gid_index,
         })
@@ -696,6 +713,18 @@ fn session(dev: &Device, target: &Target, cfg: &Config) -> Result<()> {
     }))?;
 
     let lay = Layout::new(cfg, u64::from(cycle), u64::from(cache))?;
+    // -a: the client runs each size in turn over the memory laid out for
+    // the largest (the server only needs that memory).
+    let sizes: Vec<Config> = if cfg.all && client {
+        ALL_SIZES
+            .map(|k| Config {
+                size: 1 << k,
+                ..cfg.clone()
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     let mut s = Perf::new(
         dev,
         cfg,
@@ -751,6 +780,28 @@ fn session(dev: &Device, target: &Target, cfg: &Config) -> Result<()> {
                 rep::lat_row(cfg.size, cfg.iters, &st),
                 rep::RULE.to_string(),
             ])?;
+        }
+        ch.finish(&flow, &mine[0], &theirs[0], &report)
+            .map_err(tcp)
+            .context("failed to close the connection between server and client")?;
+    } else if client && cfg.all {
+        let mut notes = Vec::new();
+        for c in &sizes {
+            s.cfg = c;
+            s.lay = Layout::new(c, u64::from(cycle), u64::from(cache))?;
+            report = s.bw_sender()?;
+            say([rep::bw_row(&report, cfg.unit)])?;
+            notes.extend(s.data_note.take());
+        }
+        say([rep::RULE])?;
+        if !notes.is_empty() {
+            // One line for all sizes; a failed size ended the run already.
+            let uniform = notes.iter().all(|n| n.contains("uniform"));
+            say([format!(
+                " Data check: at each of {} sizes, every READ of a position returned the bytes of the first{}",
+                notes.len(),
+                if uniform { "; the peer's buffer is uniform, so this proves little" } else { "" }
+            )])?;
         }
         ch.finish(&flow, &mine[0], &theirs[0], &report)
             .map_err(tcp)
@@ -1653,6 +1704,25 @@ mod tests {
     fn cfg(args: &[&str]) -> Result<Config> {
         let t = T::try_parse_from(std::iter::once("perf").chain(args.iter().copied()))?;
         Config::from_args(&t.a)
+    }
+
+    #[test]
+    fn all_sizes_is_for_the_write_and_read_bandwidth_tests() {
+        for t in ["write", "read"] {
+            let c = cfg(&[t, "-a", "-n", "5"]).unwrap();
+            assert!(c.all);
+            assert_eq!(c.size, 8 << 20, "memory for the largest size");
+        }
+        assert!(cfg(&["read", "-a", "--chk-same-reads", "host"]).is_ok());
+        for bad in [
+            &["send", "-a"][..],
+            &["atomic", "-a"],
+            &["write", "--lat", "-a"],
+            &["write", "-a", "-s", "64"],
+            &["write", "-a", "--check"],
+        ] {
+            assert!(cfg(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -315,6 +315,23 @@ fn same_reads_against_a_server_that_does_not_check() {
 }
 
 #[test]
+fn all_sizes() {
+    // -a: 2 B to 8 MiB, one row each on the client; the server prints the
+    // client's last report.
+    let (s, c) = pair_split(15, &["write", "-a", "-n", "5"], &["write", "-a", "-n", "5"]);
+    assert!(s.ok() && c.ok(), "{s:#?} {c:#?}");
+    let sizes: Vec<u64> = c
+        .stdout
+        .iter()
+        .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+        .collect();
+    let want: Vec<u64> = (1..=23).map(|k| 1u64 << k).collect();
+    assert_eq!(sizes, want, "{c:#?}");
+    let last = row(&s, BW_HEADER).expect("server table");
+    assert!(last.starts_with(" 8388608 "), "{last}");
+}
+
+#[test]
 fn gbits_report() {
     let (s, c) = pair(9, &["write", "-n", "100", "-s", "65536", "--report_gbits"]);
     assert!(s.ok() && c.ok(), "{s:#?} {c:#?}");
