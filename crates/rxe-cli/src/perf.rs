@@ -143,8 +143,8 @@ pub struct Args {
     #[arg(short = 's', long, conflicts_with = "all")]
     size: Option<u64>,
     /// Every size from 2 bytes to 8 MiB, doubling, one row each, as
-    /// perftest's -a (WRITE and READ bandwidth tests; both sides give it:
-    /// the server's buffer must hold 8 MiB messages).
+    /// perftest's -a (WRITE and READ tests, bandwidth and latency; both
+    /// sides give it: the server's buffer must hold 8 MiB messages).
     #[arg(short = 'a', long = "all")]
     all: bool,
     /// Number of messages per QP, at least 5 [default: 5000; --lat: 1000].
@@ -246,8 +246,8 @@ impl Config {
         if a.lat && verb == Verb::Atomic {
             bail!("there is no atomic latency test: run atomic without --lat");
         }
-        if a.all && (a.lat || !matches!(verb, Verb::Write | Verb::Read)) {
-            bail!("-a runs the WRITE and READ bandwidth tests only");
+        if a.all && !matches!(verb, Verb::Write | Verb::Read) {
+            bail!("-a runs the WRITE and READ tests only");
         }
         if a.all && a.check {
             bail!("-a does not take --check (--chk-same-reads checks the READs of every size)");
@@ -713,9 +713,11 @@ fn session(dev: &Device, target: &Target, cfg: &Config) -> Result<()> {
     }))?;
 
     let lay = Layout::new(cfg, u64::from(cycle), u64::from(cache))?;
-    // -a: the client runs each size in turn over the memory laid out for
-    // the largest (the server only needs that memory).
-    let sizes: Vec<Config> = if cfg.all && client {
+    // -a: the client (both sides of ib_write_lat) runs each size in turn
+    // over the memory laid out for the largest; a passive server only needs
+    // that memory.
+    let write_lat = cfg.lat && cfg.verb == Verb::Write;
+    let sizes: Vec<Config> = if cfg.all && (client || write_lat) {
         ALL_SIZES
             .map(|k| Config {
                 size: 1 << k,
@@ -768,7 +770,24 @@ fn session(dev: &Device, target: &Target, cfg: &Config) -> Result<()> {
         iters: cfg.iters * cfg.qps as u64,
         ..Report::default()
     };
-    if cfg.lat {
+    if cfg.lat && cfg.all {
+        for c in &sizes {
+            s.cfg = c;
+            s.lay = Layout::new(c, u64::from(cycle), u64::from(cache))?;
+            let st = if write_lat {
+                s.write_lat()?
+            } else {
+                s.read_lat()?
+            };
+            say([rep::lat_row(c.size, c.iters, &st)])?;
+        }
+        if !sizes.is_empty() {
+            say([rep::RULE])?;
+        }
+        ch.finish(&flow, &mine[0], &theirs[0], &report)
+            .map_err(tcp)
+            .context("failed to close the connection between server and client")?;
+    } else if cfg.lat {
         let stats = match (cfg.verb, client) {
             (Verb::Write, _) => Some(s.write_lat()?),
             (Verb::Send, _) => Some(s.send_lat()?),
@@ -1707,17 +1726,19 @@ mod tests {
     }
 
     #[test]
-    fn all_sizes_is_for_the_write_and_read_bandwidth_tests() {
+    fn all_sizes_is_for_the_write_and_read_tests() {
         for t in ["write", "read"] {
             let c = cfg(&[t, "-a", "-n", "5"]).unwrap();
             assert!(c.all);
             assert_eq!(c.size, 8 << 20, "memory for the largest size");
         }
         assert!(cfg(&["read", "-a", "--chk-same-reads", "host"]).is_ok());
+        assert!(cfg(&["write", "--lat", "-a"]).unwrap().all);
+        assert!(cfg(&["read", "--lat", "-a", "host"]).unwrap().all);
         for bad in [
             &["send", "-a"][..],
+            &["send", "--lat", "-a"],
             &["atomic", "-a"],
-            &["write", "--lat", "-a"],
             &["write", "-a", "-s", "64"],
             &["write", "-a", "--check"],
         ] {

@@ -329,6 +329,17 @@ fn all_sizes() {
     assert_eq!(sizes, want, "{c:#?}");
     let last = row(&s, BW_HEADER).expect("server table");
     assert!(last.starts_with(" 8388608 "), "{last}");
+    // ib_write_lat -a: both sides measure every size.
+    let (s, c) = pair(16, &["write", "--lat", "-a", "-n", "5"]);
+    for f in [&s, &c] {
+        assert!(f.ok(), "{f:#?}");
+        let sizes: Vec<u64> = f
+            .stdout
+            .iter()
+            .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+            .collect();
+        assert_eq!(sizes, want, "{f:#?}");
+    }
 }
 
 #[test]
