@@ -18,6 +18,8 @@
 use std::io::{self, Read, Write};
 use std::net::Ipv6Addr;
 
+use crate::side_channel::read_full;
+
 /// The TCP port the pingpong tools use unless told otherwise (`-p`).
 pub const DEFAULT_PORT: u16 = 18515;
 /// Length of one QP description on the wire, NUL included.
@@ -125,19 +127,12 @@ fn hex_digit(c: u8) -> Option<u32> {
 }
 
 fn read_exactly<S: Read>(stream: &mut S, buf: &mut [u8]) -> Result<(), HandshakeError> {
-    let mut got = 0;
-    while got < buf.len() {
-        match stream.read(&mut buf[got..]) {
-            Ok(0) => {
-                return Err(HandshakeError::ShortRead {
-                    got,
-                    want: buf.len(),
-                })
-            }
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e.into()),
-        }
+    let got = read_full(stream, buf)?;
+    if got < buf.len() {
+        return Err(HandshakeError::ShortRead {
+            got,
+            want: buf.len(),
+        });
     }
     Ok(())
 }

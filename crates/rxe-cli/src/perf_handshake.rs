@@ -36,6 +36,8 @@
 
 use std::io::{self, Read, Write};
 
+use crate::side_channel;
+
 /// The TCP port perftest uses unless told otherwise (`-p`).
 pub const DEFAULT_PORT: u16 = 18515;
 /// Bytes of the version message.
@@ -321,21 +323,14 @@ pub struct Channel<S> {
     client: bool,
 }
 
-fn read_full<S: Read>(stream: &mut S, buf: &mut [u8], what: &'static str) -> Result<()> {
-    let mut got = 0;
-    while got < buf.len() {
-        match stream.read(&mut buf[got..]) {
-            Ok(0) => {
-                return Err(PerfHandshakeError::ShortRead {
-                    what,
-                    got,
-                    want: buf.len(),
-                })
-            }
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e.into()),
-        }
+fn read_message<S: Read>(stream: &mut S, buf: &mut [u8], what: &'static str) -> Result<()> {
+    let got = side_channel::read_full(stream, buf)?;
+    if got < buf.len() {
+        return Err(PerfHandshakeError::ShortRead {
+            what,
+            got,
+            want: buf.len(),
+        });
     }
     Ok(())
 }
@@ -357,9 +352,9 @@ impl<S: Read + Write> Channel<S> {
         if self.client {
             self.stream.write_all(mine)?;
             self.stream.flush()?;
-            read_full(&mut self.stream, &mut theirs, what)?;
+            read_message(&mut self.stream, &mut theirs, what)?;
         } else {
-            read_full(&mut self.stream, &mut theirs, what)?;
+            read_message(&mut self.stream, &mut theirs, what)?;
             self.stream.write_all(mine)?;
             self.stream.flush()?;
         }
@@ -475,7 +470,7 @@ impl<S: Read + Write> Channel<S> {
                 Err(e) => return Err(e.into()),
             }
             let mut done = [0u8; DONE.len()];
-            match read_full(&mut self.stream, &mut done, "done") {
+            match read_message(&mut self.stream, &mut done, "done") {
                 Ok(()) if &done == DONE => {}
                 Ok(()) => {
                     return Err(PerfHandshakeError::OutOfStep {

@@ -2,6 +2,7 @@
 //! their QP numbers, PSNs and keys over: accepting and connecting with an
 //! optional deadline, and the random initial PSN each side announces.
 
+use std::io::{self, Read};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
@@ -54,6 +55,22 @@ pub fn connect_to(host: &str, port: u16, timeout: Option<Duration>) -> Result<Tc
         Some(e) => Err(e).with_context(|| format!("couldn't connect to {host}:{port}")),
         None => bail!("couldn't connect to {host}:{port}: no address"),
     }
+}
+
+/// Reads until `buf` is full or the peer closes; how many bytes came
+/// (fewer than `buf.len()` only at end of stream). Unlike
+/// `Read::read_exact`, a short message says how short it was.
+pub fn read_full<S: Read>(stream: &mut S, buf: &mut [u8]) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match stream.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
 }
 
 /// A random 24-bit initial PSN (the tools use `lrand48() & 0xffffff`);
