@@ -33,7 +33,7 @@ use clap::ValueEnum;
 use rxe_core::transport::Psn;
 use rxe_verbs::{
     AccessFlags, AddressVector, Cq, Device, Mr, PathMtu, Qp, QpAttr, QpCap, QpInitAttr, QpState,
-    QpType, RecvWr, SendData, SendOp, SendWr, Target, WcStatus, WorkCompletion, WorkQueue,
+    QpType, RecvWr, SendData, SendOp, SendWr, Sge, Target, WcStatus, WorkCompletion, WorkQueue,
 };
 
 use crate::pattern::{self, Role};
@@ -520,6 +520,20 @@ impl Layout {
                 (p + (visits - 1) * self.positions, visits)
             })
             .collect()
+    }
+}
+
+/// A work request of perftest's kind on an RC QP: one SGE, no fence,
+/// not solicited.
+fn rc_wr(wr_id: u64, op: SendOp, sge: Sge, signaled: bool) -> SendWr {
+    SendWr {
+        wr_id,
+        op,
+        data: SendData::Sges(vec![sge]),
+        signaled,
+        fence: false,
+        solicited: false,
+        ud: None,
     }
 }
 
@@ -1192,15 +1206,12 @@ impl<'a> Perf<'a> {
             pattern::fill(&mut buf, Role::Client, q as u32, k);
             mr.write(local as usize, &buf)?;
         }
-        Ok(SendWr {
-            wr_id: (q as u64) << 48 | k,
+        Ok(rc_wr(
+            (q as u64) << 48 | k,
             op,
-            data: SendData::Sges(vec![mr.sge(local as usize, size)]),
+            mr.sge(local as usize, size),
             signaled,
-            fence: false,
-            solicited: false,
-            ud: None,
-        })
+        ))
     }
 
     /// The value an atomic finds at message `k`'s word when every earlier
@@ -1547,19 +1558,12 @@ impl<'a> Perf<'a> {
                 scnt += 1;
                 mr.write(src + size - 1, &[scnt as u8])?;
                 posted.push(self.now());
+                let op = SendOp::RdmaWrite {
+                    remote_addr: peer.vaddr,
+                    rkey: peer.rkey,
+                };
                 self.qps[0]
-                    .post_send(SendWr {
-                        wr_id: scnt,
-                        op: SendOp::RdmaWrite {
-                            remote_addr: peer.vaddr,
-                            rkey: peer.rkey,
-                        },
-                        data: SendData::Sges(vec![mr.sge(src, size as u32)]),
-                        signaled: true,
-                        fence: false,
-                        solicited: false,
-                        ud: None,
-                    })
+                    .post_send(rc_wr(scnt, op, mr.sge(src, size as u32), true))
                     .with_context(|| format!("couldn't post send: scnt={scnt}"))?;
             }
             if ccnt < n {
@@ -1586,19 +1590,12 @@ impl<'a> Perf<'a> {
         self.start = Instant::now();
         for k in 0..n {
             posted.push(self.now());
+            let op = SendOp::RdmaRead {
+                remote_addr: peer.vaddr,
+                rkey: peer.rkey,
+            };
             self.qps[0]
-                .post_send(SendWr {
-                    wr_id: k,
-                    op: SendOp::RdmaRead {
-                        remote_addr: peer.vaddr,
-                        rkey: peer.rkey,
-                    },
-                    data: SendData::Sges(vec![mr.sge(src, size as u32)]),
-                    signaled: true,
-                    fence: false,
-                    solicited: false,
-                    ud: None,
-                })
+                .post_send(rc_wr(k, op, mr.sge(src, size as u32), true))
                 .with_context(|| format!("couldn't post send: scnt={k}"))?;
             let what = || format!("waiting for READ {k} of {n}");
             self.wait_send(&mut w, &what)?;
@@ -1632,6 +1629,7 @@ impl<'a> Perf<'a> {
         let mut posted = Vec::with_capacity(n as usize);
         let mut w = Waiter::new(cfg.timeout);
         let mut buf = vec![0u8; size];
+        let mut rbuf = vec![0u8; size];
         self.start = Instant::now();
         while scnt < n || rcnt < n {
             if rcnt < n && !(scnt < 1 && client) {
@@ -1639,14 +1637,14 @@ impl<'a> Perf<'a> {
                 // acknowledgement: it is counted as soon as it is seen.
                 while c.seen <= rcnt {
                     let what = || format!("waiting for message {rcnt} of {n} from the peer");
-                    self.pump(&mut w, &mut c, &what)?;
+                    self.pump(&mut w, &mut c, &mut rbuf, &what)?;
                 }
                 rcnt += 1;
             }
             if scnt < n {
                 while c.sent < scnt {
                     let what = || format!("waiting for the completion of send {scnt} of {n}");
-                    self.pump(&mut w, &mut c, &what)?;
+                    self.pump(&mut w, &mut c, &mut rbuf, &what)?;
                 }
                 if cfg.check {
                     pattern::fill(&mut buf, self.role, 0, scnt);
@@ -1654,38 +1652,36 @@ impl<'a> Perf<'a> {
                 }
                 posted.push(self.now());
                 self.qps[0]
-                    .post_send(SendWr {
-                        wr_id: scnt,
-                        op: SendOp::Send,
-                        data: SendData::Sges(vec![mr.sge(src, size as u32)]),
-                        signaled: true,
-                        fence: false,
-                        solicited: false,
-                        ud: None,
-                    })
+                    .post_send(rc_wr(scnt, SendOp::Send, mr.sge(src, size as u32), true))
                     .with_context(|| format!("couldn't post send: scnt={scnt}"))?;
                 scnt += 1;
             }
         }
         while c.sent < scnt {
             let what = || format!("waiting for the completion of the last send of {n}");
-            self.pump(&mut w, &mut c, &what)?;
+            self.pump(&mut w, &mut c, &mut rbuf, &what)?;
         }
         rep::lat_stats(&posted, 2).ok_or_else(|| anyhow!("too few iterations"))
     }
 
     /// One poll of `send_lat`: counts send completions, checks and counts
-    /// receives (in order: RC delivers in order) and reposts them.
-    fn pump(&mut self, w: &mut Waiter, c: &mut LatCounts, what: &dyn Fn() -> String) -> Result<()> {
+    /// receives (in order: RC delivers in order) and reposts them. `buf`
+    /// (the message size) holds a received message for its check.
+    fn pump(
+        &mut self,
+        w: &mut Waiter,
+        c: &mut LatCounts,
+        buf: &mut [u8],
+        what: &dyn Fn() -> String,
+    ) -> Result<()> {
         self.poll(w, what)?;
         let wcs = std::mem::take(&mut self.wcs);
-        let mut buf = vec![0u8; self.cfg.size as usize];
         for wc in &wcs {
             self.check_wc(wc)?;
             match wc.queue {
                 WorkQueue::Send => c.sent += 1,
                 WorkQueue::Recv => {
-                    self.received(0, wc, c.seen, &mut buf)?;
+                    self.received(0, wc, c.seen, buf)?;
                     c.seen += 1;
                     if c.recv_posted < self.cfg.iters {
                         self.post_recv(0, wc.wr_id)?;
