@@ -480,7 +480,8 @@ impl Requester {
         self.rnr_until = Some(until);
         self.retrans_at = None;
         self.rewind(self.una);
-        // The packets sent after the NAK'd one were in flight: the
+        // IBTA 9.7.5.2.8: after the RNR wait the requester resends from
+        // the NAK'd PSN. The packets sent after it were in flight: the
         // responder drops them and may answer with a NAK PSN sequence
         // error for the same PSN (kernel rxe does). That restates this
         // rewind; it must not cost a retry, or a receiver that stays empty
