@@ -238,4 +238,54 @@ fn ipv6_traffic() {
         a.dev.counter("net_rcvd_bad_icrc") + b.dev.counter("net_rcvd_bad_icrc"),
         0
     );
+
+    // A third host on the link forges a SEND to b's RC QP at the PSN b
+    // expects next (0x100 + 3 SEND packets + 2 READ response PSNs), from
+    // its own address: dropped and counted (the connected path, IBTA
+    // 9.6.1.5), and the real peer's next SEND lands.
+    sh("ip addr add fd98::3/64 dev v0 nodad");
+    let spoofer = bind_when_ready("[fd98::3]:4791");
+    let victim: std::net::SocketAddr = "[fd98::2]:4791".parse().unwrap();
+    let forged = rxe_integration::forge::request(
+        spoofer.local_addr().unwrap(),
+        victim,
+        rxe_core::wire::Opcode::RC_SEND_ONLY,
+        qb.qp_num(),
+        0x105,
+        Default::default(),
+        &[0xee; 64],
+    );
+    qb.post_recv(RecvWr {
+        wr_id: 6,
+        sg_list: vec![b.mr.sge(30000, 64)],
+    })
+    .unwrap();
+    spoofer.send_to(&forged, victim).unwrap();
+    assert_quiet(&b.cq, Duration::from_millis(300));
+    assert_eq!(b.dev.counter("drop_wrong_address"), 1);
+    assert_eq!(b.dev.counter("net_rcvd_bad_icrc"), 0, "the ICRC was good");
+    a.mr.write(0, &[0x5a; 64]).unwrap();
+    qa.post_send(wr(7, SendOp::Send, a.mr.sge(0, 64))).unwrap();
+    assert_eq!(a.wait(1)[0].status, WcStatus::Success);
+    let wb = b.wait(1);
+    assert_eq!((wb[0].status, wb[0].byte_len), (WcStatus::Success, 64));
+    let mut got = [0u8; 64];
+    b.mr.read(30000, &mut got).unwrap();
+    assert_eq!(got, [0x5a; 64], "the real peer's bytes");
+}
+
+/// Binds a UDP socket once its address has left duplicate address
+/// detection (`nodad` makes that quick, not instant).
+fn bind_when_ready(addr: &str) -> std::net::UdpSocket {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match std::net::UdpSocket::bind(addr) {
+            Ok(s) => return s,
+            Err(e) if Instant::now() < deadline => {
+                let _ = e;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("bind {addr}: {e}"),
+        }
+    }
 }

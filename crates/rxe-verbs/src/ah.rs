@@ -58,10 +58,7 @@ impl Pd {
         }
         let mut e = self.dev.lock();
         let sgid = e
-            .gids
-            .get(attr.sgid_index as usize)
-            .copied()
-            .flatten()
+            .gid(attr.sgid_index)
             .ok_or(VerbsError::NoSuchGid(attr.sgid_index))?;
         if ip_of_gid(sgid).is_ipv4() != ip_of_gid(attr.dgid).is_ipv4() {
             return Err(VerbsError::InvalidArgument(

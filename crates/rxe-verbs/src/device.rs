@@ -265,8 +265,8 @@ impl Device {
         let events = EventHub::new(&name)?;
         let mut ep = Endpoint::new(caps);
         ep.set_next_qpn(qpn_start(&name));
-        let mut engine = DeviceEngine::new(ep, events.sender());
-        engine.gids = bind.iter().map(|ip| Some(gid_of(*ip))).collect();
+        ep.set_gid_table(bind.iter().map(|ip| Some(gid_of(*ip))).collect());
+        let engine = DeviceEngine::new(ep, events.sender());
         let engine = Arc::new(Mutex::new(engine));
         let driver = Driver::spawn(net.clone(), engine.clone())?;
         let waker = driver.waker();
@@ -380,13 +380,7 @@ impl Device {
     /// `ibv_query_gid`.
     pub fn query_gid(&self, port: u8, index: u8) -> Result<[u8; 16]> {
         self.check_port(port)?;
-        self.0
-            .lock()
-            .gids
-            .get(index as usize)
-            .copied()
-            .flatten()
-            .ok_or(VerbsError::NoSuchGid(index))
+        self.0.lock().gid(index).ok_or(VerbsError::NoSuchGid(index))
     }
 
     /// The valid entries of the GID table.
@@ -395,7 +389,7 @@ impl Device {
         Ok(self
             .0
             .lock()
-            .gids
+            .gids()
             .iter()
             .enumerate()
             .filter_map(|(i, g)| {
@@ -412,7 +406,7 @@ impl Device {
     pub fn find_gid(&self, gid: &[u8; 16]) -> Option<(u8, u8)> {
         self.0.check_live().ok()?;
         let e = self.0.lock();
-        e.gids
+        e.gids()
             .iter()
             .position(|g| g.as_ref() == Some(gid))
             .map(|i| (PORT, i as u8))
@@ -652,9 +646,11 @@ impl DeviceShared {
             self.net.remove_address(*ip);
             let mut e = self.lock();
             let g = gid_of(*ip);
-            for slot in e.gids.iter_mut().filter(|s| **s == Some(g)) {
+            let mut gids = e.gids().to_vec();
+            for slot in gids.iter_mut().filter(|s| **s == Some(g)) {
                 *slot = None;
             }
+            e.ep.set_gid_table(gids);
             changed = true;
         }
         for ip in want.iter().filter(|ip| !have.contains(ip)) {
@@ -664,11 +660,13 @@ impl DeviceShared {
             }
             let mut e = self.lock();
             let g = Some(gid_of(*ip));
-            match e.gids.iter().position(|s| s.is_none()) {
-                Some(i) => e.gids[i] = g,
-                None if e.gids.len() < GID_TABLE_LEN as usize => e.gids.push(g),
+            let mut gids = e.gids().to_vec();
+            match gids.iter().position(|s| s.is_none()) {
+                Some(i) => gids[i] = g,
+                None if gids.len() < GID_TABLE_LEN as usize => gids.push(g),
                 None => tracing::warn!(%ip, "GID table full"),
             }
+            e.ep.set_gid_table(gids);
             changed = true;
         }
         let now_active = !self.net.addresses().is_empty();

@@ -35,9 +35,6 @@ pub(crate) struct Counts {
 pub(crate) struct DeviceEngine {
     pub ep: Endpoint,
     pub mem: MrTable,
-    /// The port's GID table; an empty slot is `None` (a removed address
-    /// leaves a hole so that the other indexes stay put, as in the kernel).
-    pub gids: Vec<Option<[u8; 16]>>,
     pub routes: HashMap<u32, QpRoute>,
     pub counts: Counts,
     pub next_id: u32,
@@ -49,7 +46,6 @@ impl DeviceEngine {
         DeviceEngine {
             ep,
             mem: MrTable::default(),
-            gids: Vec::new(),
             routes: HashMap::new(),
             counts: Counts::default(),
             next_id: 1,
@@ -114,8 +110,16 @@ impl DeviceEngine {
         }
     }
 
-    fn gid(&self, index: u8) -> Option<[u8; 16]> {
-        self.gids.get(index as usize).copied().flatten()
+    /// The port's GID table, which the endpoint holds (it checks a
+    /// connected QP's packets against it); an empty slot is `None` (a
+    /// removed address leaves a hole so that the other indexes stay put, as
+    /// in the kernel).
+    pub fn gids(&self) -> &[Option<[u8; 16]>] {
+        self.ep.gid_table()
+    }
+
+    pub fn gid(&self, index: u8) -> Option<[u8; 16]> {
+        self.gids().get(index as usize).copied().flatten()
     }
 }
 

@@ -195,12 +195,7 @@ impl Qp {
         self.check_live()?;
         let mut e = self.pd.dev.lock();
         if let Some(av) = attr.av.filter(|_| mask.has(rxe_core::transport::Attr::Av)) {
-            if e.gids
-                .get(av.sgid_index as usize)
-                .copied()
-                .flatten()
-                .is_none()
-            {
+            if e.gid(av.sgid_index).is_none() {
                 return Err(VerbsError::NoSuchGid(av.sgid_index));
             }
         }

@@ -100,6 +100,10 @@ counters! {
     DropWrongTransport => "drop_wrong_transport",
     /// Dropped: the QP is in a state that does not receive.
     DropQpState => "drop_qp_state",
+    /// Dropped: a packet for a connected QP (RC, UC) from a source other
+    /// than the QP's destination GID, or to a destination other than its
+    /// source GID.
+    DropWrongAddress => "drop_wrong_address",
     /// Dropped: the BTH P_Key does not match.
     DropPkeyMismatch => "drop_pkey_mismatch",
     /// Dropped: the DETH Q_Key does not match the QP's (UD).

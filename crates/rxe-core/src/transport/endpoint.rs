@@ -89,6 +89,9 @@ struct Qp {
 pub struct Endpoint {
     caps: QpCaps,
     pkey_table: Vec<u16>,
+    /// The port's GID table, by index (an empty entry is `None`): a
+    /// connected QP's source GID is the entry its path names.
+    gid_table: Vec<Option<[u8; 16]>>,
     qps: HashMap<u32, Qp>,
     next_qpn: u32,
     srqs: HashMap<u32, Srq>,
@@ -111,6 +114,7 @@ impl Endpoint {
         Endpoint {
             caps,
             pkey_table: vec![0xffff],
+            gid_table: Vec::new(),
             qps: HashMap::new(),
             next_qpn: FIRST_QPN,
             srqs: HashMap::new(),
@@ -138,6 +142,18 @@ impl Endpoint {
 
     pub fn pkey_table(&self) -> &[u16] {
         &self.pkey_table
+    }
+
+    /// The port's GID table, as [`Endpoint::set_gid_table`] last set it.
+    pub fn gid_table(&self) -> &[Option<[u8; 16]>] {
+        &self.gid_table
+    }
+
+    /// Replaces the port's GID table. A connected QP accepts a packet only
+    /// if its destination GID is the entry of the QP's `sgid_index`, so the
+    /// device keeps this table current as the host's addresses change.
+    pub fn set_gid_table(&mut self, table: Vec<Option<[u8; 16]>>) {
+        self.gid_table = table;
     }
 
     /// Replaces the P_Key table (at most `caps.pkey_table_len` entries).
@@ -412,6 +428,9 @@ impl Endpoint {
         ) {
             return self.counters.inc(Counter::DropQpState);
         }
+        if !c.qp_type().is_datagram() && !on_connected_path(c, &self.gid_table, meta) {
+            return self.counters.inc(Counter::DropWrongAddress);
+        }
         // IBTA 9.6.1.1 / 10.9.3: the BTH P_Key must match the QP's; QP1
         // accepts any P_Key of the port's table.
         let pkey_index = if c.qp_type() == QpType::Gsi {
@@ -557,6 +576,26 @@ impl Endpoint {
 fn pkey_of(table: &[u16], config: &QpConfig) -> u16 {
     let i = usize::from(config.attrs().pkey_index.unwrap_or(0));
     table.get(i).copied().unwrap_or(0)
+}
+
+/// Whether a packet for connected QP `c` came over the path the QP was
+/// connected to: its source GID is the QP's destination GID and its
+/// destination GID the QP's own source GID (the GID table entry its path
+/// names). IBTA 9.6.1.5 (connected services check the packet's source and
+/// destination against the QP context; not checked against the text) and
+/// kernel rxe's `check_addr()`: without it, anyone who guesses a QPN and a
+/// PSN can inject SENDs, WRITEs and READs into a connection. UD and GSI
+/// accept any source. An endpoint never given a GID table (a sans-IO test
+/// with no port) checks the source alone; a device always gives one.
+fn on_connected_path(c: &QpCommon, gids: &[Option<[u8; 16]>], meta: &RecvMeta) -> bool {
+    // A QP receives from RTR on, and RTR requires a path (qp_state's rules).
+    let Some(av) = c.config.attrs().av else {
+        return false;
+    };
+    if meta.sgid != av.dgid {
+        return false;
+    }
+    gids.is_empty() || gids.get(usize::from(av.sgid_index)).copied().flatten() == Some(meta.dgid)
 }
 
 #[cfg(test)]

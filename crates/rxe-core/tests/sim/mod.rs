@@ -212,12 +212,19 @@ impl Sim {
         let mut root = Rng::new(seed);
         let net_rng = root.fork();
         let nodes = (0..n)
-            .map(|i| Node {
-                ep: Endpoint::new(caps),
-                mem: VecMemory::new(),
-                ip: Ipv4Addr::new(127, 0, 0, (i + 1) as u8),
-                wcs: Vec::new(),
-                events: Vec::new(),
+            .map(|i| {
+                let ip = Ipv4Addr::new(127, 0, 0, (i + 1) as u8);
+                let mut ep = Endpoint::new(caps);
+                // One GID, as a device on one address has: connected QPs
+                // then check both ends of every packet's path.
+                ep.set_gid_table(vec![Some(gid_of(ip))]);
+                Node {
+                    ep,
+                    mem: VecMemory::new(),
+                    ip,
+                    wcs: Vec::new(),
+                    events: Vec::new(),
+                }
             })
             .collect();
         Sim {
