@@ -32,8 +32,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::ValueEnum;
 use rxe_core::transport::Psn;
 use rxe_verbs::{
-    AccessFlags, AddressVector, Cq, Device, Mr, PathMtu, Qp, QpAttr, QpCap, QpInitAttr, QpState,
-    QpType, RecvWr, SendData, SendOp, SendWr, Sge, Target, WcStatus, WorkCompletion, WorkQueue,
+    connect, AccessFlags, AddressVector, Cq, Device, InitParams, Mr, PathMtu, Qp, QpCap,
+    QpInitAttr, QpType, RcParams, ReadyParams, RecvWr, RemoteQp, SendData, SendOp, SendWr, Sge,
+    Target, WcStatus, WorkCompletion, WorkQueue,
 };
 
 use crate::pattern::{self, Role};
@@ -978,14 +979,8 @@ impl<'a> Perf<'a> {
                 },
                 sq_sig_all: false,
             })?;
-            qp.modify(&QpAttr {
-                qp_state: Some(QpState::Init),
-                pkey_index: Some(0),
-                port_num: Some(rxe_verbs::PORT),
-                access_flags: Some(cfg.qp_access()),
-                ..QpAttr::default()
-            })
-            .context("failed to modify the QP to INIT")?;
+            connect::to_init(&qp, &InitParams::connected(cfg.qp_access()))
+                .context("failed to modify the QP to INIT")?;
             mine.push(Keys {
                 lid,
                 out_reads,
@@ -1051,34 +1046,31 @@ impl<'a> Perf<'a> {
         for (i, qp) in self.qps.iter().enumerate() {
             let peer = self.theirs[i];
             let me = self.mine[i];
-            qp.modify(&QpAttr {
-                qp_state: Some(QpState::Rtr),
-                av: Some(AddressVector {
-                    dgid: peer.gid,
-                    sgid_index: self.gid_index,
-                    hop_limit: 1,
-                    sl: 0,
-                    ..AddressVector::default()
-                }),
-                path_mtu: Some(self.mtu),
-                dest_qpn: Some(peer.qpn),
-                rq_psn: Some(Psn::new(peer.psn)),
-                max_dest_rd_atomic: Some(me.out_reads.min(255) as u8),
-                min_rnr_timer: Some(MIN_RNR_TIMER),
-                ..QpAttr::default()
-            })
-            .context("failed to modify the QP to RTR")?;
-            let rd = (peer.out_reads.min(255) as u8).clamp(1, self.max_init_rd);
-            qp.modify(&QpAttr {
-                qp_state: Some(QpState::Rts),
-                sq_psn: Some(Psn::new(me.psn)),
-                timeout: Some(self.cfg.qp_timeout),
-                retry_cnt: Some(7),
-                rnr_retry: Some(7),
-                max_rd_atomic: Some(rd),
-                ..QpAttr::default()
-            })
-            .context("failed to modify the QP to RTS")?;
+            let ready = ReadyParams::Rc {
+                sq_psn: Psn::new(me.psn),
+                remote: RemoteQp {
+                    qpn: peer.qpn,
+                    psn: Psn::new(peer.psn),
+                    av: AddressVector {
+                        dgid: peer.gid,
+                        sgid_index: self.gid_index,
+                        hop_limit: 1,
+                        sl: 0,
+                        ..AddressVector::default()
+                    },
+                    path_mtu: self.mtu,
+                },
+                rc: RcParams {
+                    max_dest_rd_atomic: me.out_reads.min(255) as u8,
+                    min_rnr_timer: MIN_RNR_TIMER,
+                    timeout: self.cfg.qp_timeout,
+                    retry_cnt: 7,
+                    rnr_retry: 7,
+                    max_rd_atomic: (peer.out_reads.min(255) as u8).clamp(1, self.max_init_rd),
+                },
+            };
+            connect::to_rtr(qp, &ready).context("failed to modify the QP to RTR")?;
+            connect::to_rts(qp, &ready).context("failed to modify the QP to RTS")?;
         }
         Ok(())
     }

@@ -24,11 +24,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::ValueEnum;
+use rxe_core::transport::responder::GRH_LEN;
 use rxe_core::transport::Psn;
 use rxe_verbs::{
-    AccessFlags, AddressVector, Ah, AhAttr, Cq, Device, Mr, NotifyKind, PathMtu, Pd, Qp, QpAttr,
-    QpCap, QpInitAttr, QpState, QpType, RecvWr, SendData, SendOp, SendWr, Srq, SrqInitAttr, Target,
-    UdDest, VerbsError, WcStatus, WorkCompletion,
+    connect, AccessFlags, AddressVector, Ah, AhAttr, Cq, Device, InitParams, Mr, NotifyKind,
+    PathMtu, Pd, Qp, QpCap, QpInitAttr, QpType, RcParams, ReadyParams, RecvWr, RemoteQp, SendData,
+    SendOp, SendWr, Srq, SrqInitAttr, Target, UdDest, VerbsError, WcStatus, WorkCompletion,
 };
 
 use crate::handshake::{self, Dest, SRQ_MESSAGES};
@@ -39,8 +40,6 @@ use crate::side_channel::{accept, connect_to, random_psn};
 
 /// The Q_Key both sides of `ibv_ud_pingpong` use.
 pub const UD_QKEY: u32 = 0x1111_1111;
-/// Room for the GRH at the head of every UD receive buffer.
-pub const GRH_LEN: usize = 40;
 /// `srq_pingpong` has room for this many QPs (and always sends this many
 /// descriptions).
 pub const MAX_SRQ_QP: u32 = SRQ_MESSAGES as u32;
@@ -48,6 +47,18 @@ pub const MAX_SRQ_QP: u32 = SRQ_MESSAGES as u32;
 /// the acknowledgements of the peer's last messages leave before the UDP
 /// port closes (an RC peer with retry_cnt 7 retransmits forever).
 const LINGER: Duration = Duration::from_millis(100);
+
+/// The RC attributes of ibv_rc_pingpong and ibv_srq_pingpong: one READ
+/// or atomic each way, RNR NAK timer code 12 (0.64 ms), ACK timeout code
+/// 14 (67 ms), seven retries of each kind (7 RNR retries: without end).
+const TOOLS_RC: RcParams = RcParams {
+    max_dest_rd_atomic: 1,
+    min_rnr_timer: 12,
+    timeout: 14,
+    retry_cnt: 7,
+    rnr_retry: 7,
+    max_rd_atomic: 1,
+};
 
 const RECV_WRID: u64 = 1;
 const SEND_WRID: u64 = 2;
@@ -379,24 +390,12 @@ impl Pingpong {
                 },
                 sq_sig_all: false,
             })?;
-            let init = QpAttr {
-                qp_state: Some(QpState::Init),
-                pkey_index: Some(0),
-                port_num: Some(rxe_verbs::PORT),
-                ..QpAttr::default()
-            };
             let init = if cfg.kind == Kind::Ud {
-                QpAttr {
-                    qkey: Some(UD_QKEY),
-                    ..init
-                }
+                InitParams::datagram(UD_QKEY)
             } else {
-                QpAttr {
-                    access_flags: Some(AccessFlags::empty()),
-                    ..init
-                }
+                InitParams::connected(AccessFlags::empty())
             };
-            qp.modify(&init).context("cannot move the QP to INIT")?;
+            connect::to_init(&qp, &init).context("cannot move the QP to INIT")?;
             qps.push(qp);
         }
         let by_qpn = qps
@@ -545,72 +544,39 @@ impl Pingpong {
                 sl: self.cfg.sl,
                 ..AddressVector::default()
             };
-            match self.cfg.kind {
-                Kind::Rc | Kind::Srq => {
-                    qp.modify(&QpAttr {
-                        qp_state: Some(QpState::Rtr),
-                        av: Some(av),
-                        path_mtu: Some(self.cfg.mtu),
-                        dest_qpn: Some(peer.qpn),
-                        rq_psn: Some(Psn::new(peer.psn)),
-                        max_dest_rd_atomic: Some(1),
-                        min_rnr_timer: Some(12),
-                        ..QpAttr::default()
-                    })
-                    .context("failed to modify QP to RTR")?;
-                    qp.modify(&QpAttr {
-                        qp_state: Some(QpState::Rts),
-                        timeout: Some(14),
-                        retry_cnt: Some(7),
-                        rnr_retry: Some(7),
-                        sq_psn: Some(my_psn),
-                        max_rd_atomic: Some(1),
-                        ..QpAttr::default()
-                    })
-                    .context("failed to modify QP to RTS")?;
-                }
-                Kind::Uc => {
-                    qp.modify(&QpAttr {
-                        qp_state: Some(QpState::Rtr),
-                        av: Some(av),
-                        path_mtu: Some(self.cfg.mtu),
-                        dest_qpn: Some(peer.qpn),
-                        rq_psn: Some(Psn::new(peer.psn)),
-                        ..QpAttr::default()
-                    })
-                    .context("failed to modify QP to RTR")?;
-                    qp.modify(&QpAttr {
-                        qp_state: Some(QpState::Rts),
-                        sq_psn: Some(my_psn),
-                        ..QpAttr::default()
-                    })
-                    .context("failed to modify QP to RTS")?;
-                }
-                Kind::Ud => {
-                    qp.modify(&QpAttr {
-                        qp_state: Some(QpState::Rtr),
-                        ..QpAttr::default()
-                    })
-                    .context("failed to modify QP to RTR")?;
-                    qp.modify(&QpAttr {
-                        qp_state: Some(QpState::Rts),
-                        sq_psn: Some(my_psn),
-                        ..QpAttr::default()
-                    })
-                    .context("failed to modify QP to RTS")?;
-                    self.ah = Some(
-                        self.pd
-                            .create_ah(&AhAttr {
-                                dgid: peer.gid,
-                                sgid_index: self.gid_idx,
-                                hop_limit: 1,
-                                sl: self.cfg.sl,
-                                port_num: rxe_verbs::PORT,
-                                ..AhAttr::default()
-                            })
-                            .context("failed to create AH")?,
-                    );
-                }
+            let remote = RemoteQp {
+                qpn: peer.qpn,
+                psn: Psn::new(peer.psn),
+                av,
+                path_mtu: self.cfg.mtu,
+            };
+            let ready = match self.cfg.kind {
+                Kind::Rc | Kind::Srq => ReadyParams::Rc {
+                    sq_psn: my_psn,
+                    remote,
+                    rc: TOOLS_RC,
+                },
+                Kind::Uc => ReadyParams::Uc {
+                    sq_psn: my_psn,
+                    remote,
+                },
+                Kind::Ud => ReadyParams::Ud { sq_psn: my_psn },
+            };
+            connect::to_rtr(qp, &ready).context("failed to modify QP to RTR")?;
+            connect::to_rts(qp, &ready).context("failed to modify QP to RTS")?;
+            if self.cfg.kind == Kind::Ud {
+                self.ah = Some(
+                    self.pd
+                        .create_ah(&AhAttr {
+                            dgid: peer.gid,
+                            sgid_index: self.gid_idx,
+                            hop_limit: 1,
+                            sl: self.cfg.sl,
+                            port_num: rxe_verbs::PORT,
+                            ..AhAttr::default()
+                        })
+                        .context("failed to create AH")?,
+                );
             }
         }
         Ok(())
