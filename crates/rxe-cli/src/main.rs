@@ -1,5 +1,7 @@
 //! `rxe`: the command-line face of the rxe software RoCE NIC.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -7,16 +9,15 @@ use clap::{Parser, Subcommand};
 mod demo;
 mod devices;
 mod dissect;
-mod handshake;
+mod ibv_format;
 mod info;
 mod pattern;
 mod perf;
-mod perf_handshake;
-mod perf_report;
 mod pingpong;
 mod place;
-mod report;
 mod side_channel;
+#[cfg(test)]
+mod test_support;
 
 #[derive(Parser)]
 #[command(name = "rxe", version, about = "rxe: a software RoCEv2 NIC")]
