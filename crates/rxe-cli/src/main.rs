@@ -11,6 +11,7 @@ mod devices;
 mod dissect;
 mod ibv_format;
 mod info;
+mod options;
 mod pattern;
 mod perf;
 mod pingpong;

@@ -6,16 +6,16 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use rxe_verbs::{SendOp, SendWr, WorkQueue};
 
-use super::checks::*;
+use super::checks::SameReads;
 use super::handshake::{Report, Verb};
-use super::queues::*;
+use super::queues::{rc_wr, Waiter};
 use super::report as rep;
-use super::setup::*;
+use super::setup::Perf;
 use crate::pattern::{self, Role};
 
 impl Perf<'_> {
     /// The work request of bandwidth message `k` on QP `q`.
-    pub(super) fn bw_request(&self, q: usize, k: u64, signaled: bool) -> Result<SendWr> {
+    fn bw_request(&self, q: usize, k: u64, signaled: bool) -> Result<SendWr> {
         let cfg = self.cfg;
         let peer = self.theirs[q];
         let mr = &self.mrs[q];
@@ -99,20 +99,17 @@ impl Perf<'_> {
             let what = || format!("{done} of {total} requests completed");
             self.poll(&mut w, &what)?;
             let t = self.now();
-            let wcs = std::mem::take(&mut self.wcs);
-            for wc in &wcs {
-                self.check_wc(wc)?;
-                let q = self.qp_index(wc)?;
+            self.each_polled(|s, q, wc| {
                 let k = wc.wr_id & ((1 << 48) - 1);
                 if k < ccnt[q] || k >= scnt[q] {
                     bail!("completion for wr_id {:#x} out of order", wc.wr_id);
                 }
                 if cfg.check {
-                    self.check_completed(q, ccnt[q], k, &regions[q])?;
+                    s.check_completed(q, ccnt[q], k, &regions[q])?;
                 }
                 if cfg.same_reads {
                     for j in ccnt[q]..=k {
-                        self.compare_read(q, j, &mut reads)?;
+                        s.compare_read(q, j, &mut reads)?;
                     }
                 }
                 done += (k + 1 - ccnt[q]) as usize;
@@ -121,8 +118,8 @@ impl Perf<'_> {
                     completed.clear();
                 }
                 completed.push((done as u64 - 1, t));
-            }
-            self.wcs = wcs;
+                Ok(())
+            })?;
         }
         if cfg.same_reads {
             self.data_note = Some(reads.summary());
@@ -154,24 +151,21 @@ impl Perf<'_> {
             let what = || format!("{got} of {total} messages received");
             self.poll(&mut w, &what)?;
             let t = self.now();
-            let wcs = std::mem::take(&mut self.wcs);
-            for wc in &wcs {
-                self.check_wc(wc)?;
-                let q = self.qp_index(wc)?;
+            self.each_polled(|s, q, wc| {
                 if wc.queue != WorkQueue::Recv {
-                    continue;
+                    return Ok(());
                 }
-                self.received(q, wc, rcnt[q], &mut buf)?;
+                s.received(q, wc, rcnt[q], &mut buf)?;
                 rcnt[q] += 1;
                 got += 1;
                 first.get_or_insert(t);
                 last = t;
                 if posted[q] < n {
-                    self.post_recv(q, wc.wr_id)?;
+                    s.post_recv(q, wc.wr_id)?;
                     posted[q] += 1;
                 }
-            }
-            self.wcs = wcs;
+                Ok(())
+            })?;
         }
         Ok(rep::recv_report(
             cfg.size,

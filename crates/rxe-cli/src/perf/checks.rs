@@ -5,7 +5,7 @@ use anyhow::{anyhow, bail, Result};
 use rxe_verbs::WorkCompletion;
 
 use super::handshake::Verb;
-use super::setup::*;
+use super::setup::Perf;
 use crate::pattern::{self, Role};
 
 /// The number of a READ and the bytes it returned.
@@ -78,7 +78,7 @@ pub(super) fn target_pattern(q: usize, len: u64) -> Vec<u8> {
     b
 }
 
-pub(super) fn word_at(b: &[u8], off: u64) -> u64 {
+fn word_at(b: &[u8], off: u64) -> u64 {
     let o = off as usize;
     let mut w = [0u8; 8];
     w.copy_from_slice(&b[o..o + 8]);
@@ -88,7 +88,7 @@ pub(super) fn word_at(b: &[u8], off: u64) -> u64 {
 impl Perf<'_> {
     /// The value an atomic finds at message `k`'s word when every earlier
     /// one did its +1 (with --check), from the pattern the server wrote.
-    pub(super) fn atomic_expected(&self, k: u64, region: &[u8]) -> u64 {
+    fn atomic_expected(&self, k: u64, region: &[u8]) -> u64 {
         let pos = self.lay.remote(k);
         let visit = k / self.lay.positions;
         word_at(region, pos).wrapping_add(visit)

@@ -3,12 +3,13 @@
 
 use std::time::Duration;
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{bail, Result};
 use clap::ValueEnum;
 use rxe_verbs::{AccessFlags, PathMtu};
 
 use super::handshake::{self as hs, Flow, Verb};
 use super::report::BwUnit;
+use crate::options;
 use crate::place::Place;
 
 /// Defaults of perftest.
@@ -183,12 +184,7 @@ impl Config {
             Test::Send => Verb::Send,
             Test::Atomic => Verb::Atomic,
         };
-        if a.ib_port != rxe_verbs::PORT {
-            bail!(
-                "invalid --ib-port {}: an rxe device has port 1 only",
-                a.ib_port
-            );
-        }
+        options::check_ib_port(a.ib_port)?;
         if !a.connection.eq_ignore_ascii_case("RC") {
             bail!("connection type {}: rxe perf runs RC only", a.connection);
         }
@@ -228,13 +224,7 @@ impl Config {
         if iters > 1 << 40 || (a.lat && iters > MAX_LAT_ITERS) {
             bail!("invalid number of iterations {iters}: too many to keep every sample");
         }
-        let mtu = match a.mtu {
-            None => None,
-            Some(m) => Some(
-                PathMtu::from_bytes(m)
-                    .ok_or_else(|| anyhow!("invalid MTU {m}: use 256, 512, 1024, 2048 or 4096"))?,
-            ),
-        };
+        let mtu = a.mtu.map(options::path_mtu).transpose()?;
         if a.lat && a.qps != 1 {
             bail!("latency tests run one QP (-q 1)");
         }
@@ -271,11 +261,7 @@ impl Config {
         if a.qp_timeout > 31 {
             bail!("invalid QP timeout {}: 0 to 31", a.qp_timeout);
         }
-        let timeout = match a.timeout {
-            None => None,
-            Some(t) if t.is_finite() && t > 0.0 => Some(Duration::from_secs_f64(t)),
-            Some(t) => bail!("invalid timeout {t}: a positive number of seconds"),
-        };
+        let timeout = options::timeout(a.timeout)?;
         if a.chk_same_reads && (verb != Verb::Read || a.lat || a.host.is_none()) {
             bail!("--chk-same-reads applies to the client of the READ bandwidth test only");
         }

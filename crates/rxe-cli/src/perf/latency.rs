@@ -2,12 +2,12 @@
 
 use std::time::Instant;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, Result};
 use rxe_verbs::{SendOp, WorkQueue};
 
-use super::queues::*;
+use super::queues::Waiter;
 use super::report::{self as rep, LatStats};
-use super::setup::*;
+use super::setup::Perf;
 use crate::pattern::{self, Role};
 
 impl Perf<'_> {
@@ -70,9 +70,7 @@ impl Perf<'_> {
                     remote_addr: peer.vaddr,
                     rkey: peer.rkey,
                 };
-                self.qps[0]
-                    .post_send(rc_wr(scnt, op, mr.sge(src, size as u32), true))
-                    .with_context(|| format!("couldn't post send: scnt={scnt}"))?;
+                self.post_lat(scnt, op)?;
             }
             if ccnt < n {
                 let what = || format!("waiting for the completion of WRITE {ccnt} of {n}");
@@ -102,9 +100,7 @@ impl Perf<'_> {
                 remote_addr: peer.vaddr,
                 rkey: peer.rkey,
             };
-            self.qps[0]
-                .post_send(rc_wr(k, op, mr.sge(src, size as u32), true))
-                .with_context(|| format!("couldn't post send: scnt={k}"))?;
+            self.post_lat(k, op)?;
             let what = || format!("waiting for READ {k} of {n}");
             self.wait_send(&mut w, &what)?;
             if cfg.check {
@@ -159,9 +155,7 @@ impl Perf<'_> {
                     mr.write(src, &buf)?;
                 }
                 posted.push(self.now());
-                self.qps[0]
-                    .post_send(rc_wr(scnt, SendOp::Send, mr.sge(src, size as u32), true))
-                    .with_context(|| format!("couldn't post send: scnt={scnt}"))?;
+                self.post_lat(scnt, SendOp::Send)?;
                 scnt += 1;
             }
         }
@@ -175,7 +169,7 @@ impl Perf<'_> {
     /// One poll of `send_lat`: counts send completions, checks and counts
     /// receives (in order: RC delivers in order) and reposts them. `buf`
     /// (the message size) holds a received message for its check.
-    pub(super) fn pump(
+    fn pump(
         &mut self,
         w: &mut Waiter,
         c: &mut LatCounts,
@@ -205,10 +199,10 @@ impl Perf<'_> {
 
 /// Progress of `send_lat`.
 #[derive(Debug, Default)]
-pub(super) struct LatCounts {
+struct LatCounts {
     /// Send completions.
-    pub(super) sent: u64,
+    sent: u64,
     /// Receive completions.
-    pub(super) seen: u64,
-    pub(super) recv_posted: u64,
+    seen: u64,
+    recv_posted: u64,
 }

@@ -3,12 +3,12 @@
 
 use anyhow::{bail, Result};
 
-use super::config::*;
+use super::config::Config;
 
 /// Largest buffer a QP may need.
 const MAX_BUFFER: u64 = 1 << 30;
 
-pub(super) fn round_up(v: u64, to: u64) -> u64 {
+fn round_up(v: u64, to: u64) -> u64 {
     v.div_ceil(to.max(1)) * to.max(1)
 }
 

@@ -38,7 +38,6 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Result;
-use rxe_verbs::Target;
 
 use crate::place;
 pub use config::Args;
@@ -56,22 +55,16 @@ const LINGER_WRITE_LAT: Duration = Duration::from_millis(1000);
 
 pub fn run(args: &Args) -> Result<ExitCode> {
     let cfg = Config::from_args(args)?;
-    let target = match args.place.target() {
-        Some(t) => t,
-        None => match &cfg.host {
-            Some(h) => Target::Address(place::source_address_for(h)?),
-            None => Target::Interface(place::default_interface()?),
-        },
+    let linger = if cfg.lat && cfg.verb == Verb::Write {
+        LINGER_WRITE_LAT
+    } else {
+        LINGER
     };
-    let dev = place::add_device(&target)?;
-    let result = session(&dev, &target, &cfg);
-    if result.is_ok() {
-        std::thread::sleep(if cfg.lat && cfg.verb == Verb::Write {
-            LINGER_WRITE_LAT
-        } else {
-            LINGER
-        });
-    }
-    place::remove_device(dev, args.counters);
-    result.map(|()| ExitCode::SUCCESS)
+    place::run_on_device(
+        &args.place,
+        cfg.host.as_deref(),
+        args.counters,
+        linger,
+        |dev, target| session(dev, target, &cfg),
+    )
 }

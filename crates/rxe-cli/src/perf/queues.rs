@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use rxe_verbs::{RecvWr, SendData, SendOp, SendWr, Sge, WcStatus, WorkCompletion, WorkQueue};
 
-use super::setup::*;
+use super::setup::Perf;
 use crate::ibv_format::wc_status_str;
 
 /// A work request of perftest's kind on an RC QP: one SGE, no fence,
@@ -25,9 +25,9 @@ pub(super) fn rc_wr(wr_id: u64, op: SendOp, sge: Sge, signaled: bool) -> SendWr 
 
 /// Completions of one run, and a deadline that moves with progress.
 pub(super) struct Waiter {
-    pub(super) timeout: Option<Duration>,
-    pub(super) since: Instant,
-    pub(super) polls: u32,
+    timeout: Option<Duration>,
+    since: Instant,
+    polls: u32,
 }
 
 impl Waiter {
@@ -78,7 +78,7 @@ impl Perf<'_> {
             .context("couldn't post a receive")
     }
 
-    pub(super) fn qp_index(&self, wc: &WorkCompletion) -> Result<usize> {
+    fn qp_index(&self, wc: &WorkCompletion) -> Result<usize> {
         self.qps
             .iter()
             .position(|q| q.qp_num() == wc.qp_num)
@@ -125,6 +125,32 @@ impl Perf<'_> {
             }
             w.idle(what)?;
         }
+    }
+
+    /// Hands each completion of the last [`Self::poll`], its status
+    /// checked, to `each` with the index of its QP.
+    pub(super) fn each_polled(
+        &mut self,
+        mut each: impl FnMut(&mut Self, usize, &WorkCompletion) -> Result<()>,
+    ) -> Result<()> {
+        // Taken out and put back, so that the buffer is reused.
+        let wcs = std::mem::take(&mut self.wcs);
+        for wc in &wcs {
+            self.check_wc(wc)?;
+            let q = self.qp_index(wc)?;
+            each(self, q, wc)?;
+        }
+        self.wcs = wcs;
+        Ok(())
+    }
+
+    /// Posts message `wr_id` of a latency test on the one QP: `op` from
+    /// the source slot, signaled.
+    pub(super) fn post_lat(&self, wr_id: u64, op: SendOp) -> Result<()> {
+        let sge = self.mrs[0].sge(self.lay.src_off as usize, self.cfg.size as u32);
+        self.qps[0]
+            .post_send(rc_wr(wr_id, op, sge, true))
+            .with_context(|| format!("couldn't post send: scnt={wr_id}"))
     }
 
     /// Waits for the completion of the one send outstanding.

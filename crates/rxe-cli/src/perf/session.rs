@@ -7,11 +7,11 @@ use std::net::{IpAddr, Ipv4Addr, TcpListener};
 use anyhow::{anyhow, bail, Context, Result};
 use rxe_verbs::{Device, PathMtu, Target};
 
-use super::config::*;
+use super::config::{Config, ALL_SIZES};
 use super::handshake::{self as hs, Channel, Report, Verb};
-use super::layout::*;
+use super::layout::Layout;
 use super::report::{self as rep, TestInfo};
-use super::setup::*;
+use super::setup::Perf;
 use crate::place;
 use crate::side_channel::{accept, connect_to};
 
@@ -29,7 +29,7 @@ pub(super) fn say<I: IntoIterator<Item = S>, S: AsRef<str>>(lines: I) -> Result<
     Ok(())
 }
 
-pub(super) fn bind_listener(ip: Option<IpAddr>, port: u16) -> Result<TcpListener> {
+fn bind_listener(ip: Option<IpAddr>, port: u16) -> Result<TcpListener> {
     // perftest listens on every IPv4 address; with --ip, listen on that one
     // (its TCP side is IPv4 even when the device's address is IPv6).
     let addr = match ip {
@@ -43,13 +43,7 @@ pub(super) fn bind_listener(ip: Option<IpAddr>, port: u16) -> Result<TcpListener
 pub(super) fn session(dev: &Device, target: &Target, cfg: &Config) -> Result<()> {
     let port = dev.query_port(rxe_verbs::PORT)?;
     let attr = dev.query_device()?;
-    let gid_index = match cfg.gid_index {
-        Some(g) => g,
-        None => place::default_gid_index(dev, target)?,
-    };
-    let gid = dev
-        .query_gid(rxe_verbs::PORT, gid_index)
-        .with_context(|| format!("cannot read the GID of index {gid_index}"))?;
+    let (gid_index, gid) = place::local_gid(dev, target, cfg.gid_index)?;
     let my_mtu = match cfg.mtu {
         Some(m) if m.bytes() > port.active_mtu.bytes() => {
             eprintln!(

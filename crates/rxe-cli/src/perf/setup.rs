@@ -3,19 +3,19 @@
 
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use rxe_core::transport::Psn;
 use rxe_verbs::{
     connect, AccessFlags, AddressVector, Cq, Device, InitParams, Mr, PathMtu, Qp, QpCap,
     QpInitAttr, QpType, RcParams, ReadyParams, RemoteQp, WorkCompletion,
 };
 
-use super::checks::*;
-use super::config::*;
+use super::checks::target_pattern;
+use super::config::Config;
 use super::handshake::{Keys, Verb};
-use super::layout::*;
+use super::layout::Layout;
 use crate::pattern::Role;
-use crate::side_channel::random_psn;
+use crate::side_channel::{check_peer_gids, random_psn, PeerGidError};
 
 /// perftest's `MIN_RNR_TIMER`.
 const MIN_RNR_TIMER: u8 = 12;
@@ -132,20 +132,14 @@ impl<'a> Perf<'a> {
 
     /// Refuses peers this side cannot reach.
     pub(super) fn check_peer(&self, theirs: &[Keys]) -> Result<()> {
-        if theirs.iter().any(|k| k.gid == [0; 16]) {
-            bail!("the peer sent no GID: RoCE needs one, run the peer with -x <gid index>");
-        }
-        let v4 = rxe_verbs::ip_of_gid(self.mine[0].gid).is_ipv4();
-        if theirs
-            .iter()
-            .any(|k| rxe_verbs::ip_of_gid(k.gid).is_ipv4() != v4)
-        {
-            bail!(
-                "found incompatibility issue with GID types: the peer's GID is of the other IP family than ours (-x {})",
-                self.gid_index
-            );
-        }
-        Ok(())
+        let gids = theirs.iter().map(|k| k.gid);
+        check_peer_gids(self.mine[0].gid, self.gid_index, gids, "-x").map_err(|e| match e {
+            // perftest's words for it.
+            PeerGidError::OtherFamily { .. } => {
+                anyhow::Error::new(e).context("found incompatibility issue with GID types")
+            }
+            PeerGidError::Missing { .. } => e.into(),
+        })
     }
 
     /// RTR and RTS with perftest's attributes.

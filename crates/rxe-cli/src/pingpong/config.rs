@@ -3,12 +3,13 @@
 
 use std::time::Duration;
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{bail, Result};
 use clap::ValueEnum;
 use rxe_core::transport::responder::GRH_LEN;
 use rxe_verbs::{PathMtu, QpType};
 
 use super::handshake::{self, SRQ_MESSAGES};
+use crate::options;
 use crate::pattern::Role;
 use crate::place::Place;
 
@@ -128,12 +129,7 @@ pub(super) struct Config {
 
 impl Config {
     pub(super) fn from_args(a: &Args) -> Result<Config> {
-        if a.ib_port != rxe_verbs::PORT {
-            bail!(
-                "invalid --ib-port {}: an rxe device has port 1 only",
-                a.ib_port
-            );
-        }
+        options::check_ib_port(a.ib_port)?;
         let size = a
             .size
             .unwrap_or(if a.kind == Kind::Ud { 2048 } else { 4096 });
@@ -144,8 +140,7 @@ impl Config {
             (Kind::Ud, Some(_)) => {
                 bail!("-m does not apply to ud: a UD message is one packet of at most the port MTU")
             }
-            (_, Some(m)) => PathMtu::from_bytes(m)
-                .ok_or_else(|| anyhow!("invalid MTU {m}: use 256, 512, 1024, 2048 or 4096"))?,
+            (_, Some(m)) => options::path_mtu(m)?,
             (_, None) => PathMtu::Mtu1024,
         };
         let num_qp = match (a.kind, a.num_qp) {
@@ -192,11 +187,7 @@ impl Config {
             (true, false) => Check::Pattern,
             (false, false) => Check::Off,
         };
-        let timeout = match a.timeout {
-            None => None,
-            Some(t) if t.is_finite() && t > 0.0 => Some(Duration::from_secs_f64(t)),
-            Some(t) => bail!("invalid timeout {t}: a positive number of seconds"),
-        };
+        let timeout = options::timeout(a.timeout)?;
         Ok(Config {
             kind: a.kind,
             host: a.host.clone(),

@@ -9,8 +9,8 @@ use rxe_verbs::{
     NotifyKind, RecvWr, SendData, SendOp, SendWr, UdDest, VerbsError, WcStatus, WorkCompletion,
 };
 
-use super::config::*;
-use super::session::*;
+use super::config::{Check, Kind};
+use super::session::{Pingpong, UD_QKEY};
 use crate::ibv_format::wc_status_str;
 use crate::pattern::{self, Role};
 
@@ -20,11 +20,11 @@ pub(super) const RECV_WRID: u64 = 1;
 pub(super) const SEND_WRID: u64 = 2;
 
 impl Pingpong {
-    pub(super) fn slot_offset(&self, slot: usize) -> usize {
+    fn slot_offset(&self, slot: usize) -> usize {
         slot * self.cfg.recv_len()
     }
 
-    pub(super) fn send_offset(&self, qp_index: usize) -> usize {
+    fn send_offset(&self, qp_index: usize) -> usize {
         self.cfg.recv_len() * self.cfg.rx_depth as usize + qp_index * self.cfg.size
     }
 
@@ -86,7 +86,7 @@ impl Pingpong {
     }
 
     /// Waits for completions: on an event with `-e`, else by polling.
-    pub(super) fn next_completions(&self, max: usize, out: &mut Vec<WorkCompletion>) -> Result<()> {
+    fn next_completions(&self, max: usize, out: &mut Vec<WorkCompletion>) -> Result<()> {
         out.clear();
         let stuck = || {
             let secs = self.cfg.timeout.unwrap_or_default().as_secs_f64();
@@ -198,7 +198,7 @@ impl Pingpong {
 
     /// `-c`: the message is the peer's next on this QP, whole and intact.
     /// `--chk-echo`: it is our own message before it, sent back.
-    pub(super) fn verify(&mut self, wc: &WorkCompletion, qi: usize, slot: usize) -> Result<()> {
+    fn verify(&mut self, wc: &WorkCompletion, qi: usize, slot: usize) -> Result<()> {
         let seq = self.progress[qi].received;
         let ud = self.cfg.kind == Kind::Ud;
         let want = self.cfg.recv_len();

@@ -26,7 +26,6 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Result;
-use rxe_verbs::Target;
 
 use crate::place;
 pub use config::Args;
@@ -40,19 +39,12 @@ const LINGER: Duration = Duration::from_millis(100);
 
 pub fn run(args: &Args) -> Result<ExitCode> {
     let cfg = Config::from_args(args)?;
-    let target = match args.place.target() {
-        Some(t) => t,
-        None => match &cfg.host {
-            // The address this host reaches the server from.
-            Some(h) => Target::Address(place::source_address_for(h)?),
-            None => Target::Interface(place::default_interface()?),
-        },
-    };
-    let dev = place::add_device(&target)?;
-    let result = Pingpong::new(&dev, &target, cfg).and_then(|mut p| p.run());
-    if result.is_ok() {
-        std::thread::sleep(LINGER);
-    }
-    place::remove_device(dev, args.counters);
-    result.map(|()| ExitCode::SUCCESS)
+    let host = cfg.host.clone();
+    place::run_on_device(
+        &args.place,
+        host.as_deref(),
+        args.counters,
+        LINGER,
+        |dev, target| Pingpong::new(dev, target, cfg).and_then(|mut p| p.run()),
+    )
 }

@@ -13,13 +13,13 @@ use rxe_verbs::{
     Qp, QpCap, QpInitAttr, RcParams, ReadyParams, RemoteQp, Srq, SrqInitAttr, Target,
 };
 
-use super::config::*;
-use super::exchange::*;
+use super::config::{Config, Kind};
+use super::exchange::{RECV_WRID, SEND_WRID};
 use super::handshake::{self, Dest};
 use super::report;
 use crate::pattern::Role;
 use crate::place;
-use crate::side_channel::{accept, connect_to, random_psn};
+use crate::side_channel::{accept, check_peer_gids, connect_to, random_psn};
 
 /// The Q_Key both sides of `ibv_ud_pingpong` use.
 pub(super) const UD_QKEY: u32 = 0x1111_1111;
@@ -76,13 +76,7 @@ impl Pingpong {
                 port.active_mtu.bytes()
             );
         }
-        let gid_idx = match cfg.gid_idx {
-            Some(g) => g,
-            None => place::default_gid_index(dev, target)?,
-        };
-        let gid = dev
-            .query_gid(rxe_verbs::PORT, gid_idx)
-            .with_context(|| format!("cannot read the GID of index {gid_idx}"))?;
+        let (gid_idx, gid) = place::local_gid(dev, target, cfg.gid_idx)?;
         let pd = dev.alloc_pd()?;
         // Receive slots, then one send buffer per QP. The tools' buffer is
         // filled with 0x7b bytes; so is ours until -c writes patterns.
@@ -232,7 +226,7 @@ impl Pingpong {
 
     /// Keeps the descriptions of the peer's real QPs, refusing what this
     /// side cannot connect to.
-    pub(super) fn check_peer(&self, theirs: Vec<Dest>) -> Result<Vec<Dest>> {
+    fn check_peer(&self, theirs: Vec<Dest>) -> Result<Vec<Dest>> {
         let real: Vec<Dest> = theirs.into_iter().filter(|d| !d.is_null()).collect();
         if real.len() != self.qps.len() {
             bail!(
@@ -241,19 +235,12 @@ impl Pingpong {
                 self.qps.len()
             );
         }
-        if real.iter().any(|d| d.gid == [0; 16]) {
-            bail!("the peer sent no GID: RoCE needs one, run the peer with -g <gid index>");
-        }
-        let mine_v4 = rxe_verbs::ip_of_gid(self.mine[0].gid).is_ipv4();
-        if real
-            .iter()
-            .any(|d| rxe_verbs::ip_of_gid(d.gid).is_ipv4() != mine_v4)
-        {
-            bail!(
-                "the peer's GID is of the other IP family than ours (-g {})",
-                self.gid_idx
-            );
-        }
+        check_peer_gids(
+            self.mine[0].gid,
+            self.gid_idx,
+            real.iter().map(|d| d.gid),
+            "-g",
+        )?;
         Ok(real)
     }
 
@@ -308,7 +295,7 @@ impl Pingpong {
     }
 }
 
-pub(super) fn bind_listener(port: u16) -> Result<TcpListener> {
+fn bind_listener(port: u16) -> Result<TcpListener> {
     // The tools bind the wildcard address (AI_PASSIVE), IPv4 first.
     TcpListener::bind((Ipv4Addr::UNSPECIFIED, port))
         .with_context(|| format!("couldn't listen to port {port}"))
