@@ -20,7 +20,7 @@ use crate::side_channel::{accept, connect_to};
 const PAGE_SIZE: u32 = 4096;
 const CACHE_LINE: u32 = 64;
 
-pub(super) fn say<I: IntoIterator<Item = S>, S: AsRef<str>>(lines: I) -> Result<()> {
+fn say<I: IntoIterator<Item = S>, S: AsRef<str>>(lines: I) -> Result<()> {
     let mut out = std::io::stdout().lock();
     for l in lines {
         writeln!(out, "{}", l.as_ref())?;
