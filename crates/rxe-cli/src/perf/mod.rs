@@ -22,6 +22,13 @@
 //! the buffer the peer wrote (meaningful only when both sides are rxe: the
 //! real tools send whatever their buffers hold), and `--timeout` bounds
 //! every wait (the real tools wait forever).
+//!
+//! The files: [`config`] the options, [`mod@session`] one run (the TCP
+//! exchanges, the tables, which loop runs), [`setup`] the CQ, MRs and QPs
+//! and their bring-up, [`layout`] where things are in each region,
+//! [`queues`] posting and polling, [`bandwidth`] and [`latency`] the
+//! loops, [`checks`] the data checks, [`handshake`] perftest's TCP
+//! messages, [`report`] its tables.
 
 mod bandwidth;
 mod checks;

@@ -15,6 +15,11 @@
 //! The exchange is the tools': the client sends first; each side, once a
 //! QP's send and receive have both completed, sends again, until it has
 //! sent and received `-n` messages (for srq, `-n` in total over its QPs).
+//!
+//! The files: [`config`] the options, [`session`] one run (objects, TCP
+//! handshake, QP bring-up, closing lines), [`exchange`] the loop and the
+//! data checks, [`handshake`] the tools' TCP messages, [`report`] their
+//! output lines.
 
 mod config;
 mod exchange;
