@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod busy_poll;
 mod demo;
 mod devices;
 mod dissect;

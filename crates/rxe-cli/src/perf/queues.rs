@@ -1,12 +1,13 @@
 //! Posting and polling: perftest's work requests, completions checked
 //! and waited for with a deadline that moves with progress.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use rxe_verbs::{RecvWr, SendData, SendOp, SendWr, Sge, WcStatus, WorkCompletion, WorkQueue};
 
 use super::setup::Perf;
+use crate::busy_poll::BusyPoll;
 use crate::ibv_format::wc_status_str;
 
 /// A work request of perftest's kind on an RC QP: one SGE, no fence,
@@ -24,40 +25,26 @@ pub(super) fn rc_wr(wr_id: u64, op: SendOp, sge: Sge, signaled: bool) -> SendWr 
 }
 
 /// Completions of one run, and a deadline that moves with progress.
-pub(super) struct Waiter {
-    timeout: Option<Duration>,
-    since: Instant,
-    polls: u32,
-}
+pub(super) struct Waiter(BusyPoll);
 
 impl Waiter {
     pub(super) fn new(timeout: Option<Duration>) -> Waiter {
-        Waiter {
-            timeout,
-            since: Instant::now(),
-            polls: 0,
-        }
+        Waiter(BusyPoll::new(timeout))
     }
 
     pub(super) fn progressed(&mut self) {
-        self.since = Instant::now();
+        self.0.progressed();
     }
 
     /// Called on every empty poll: yields the CPU (the device's own
     /// threads need it) and fails once the wait is too long.
     pub(super) fn idle(&mut self, what: &dyn Fn() -> String) -> Result<()> {
-        std::thread::yield_now();
-        self.polls = self.polls.wrapping_add(1);
-        if self.polls % 256 == 0 {
-            if let Some(t) = self.timeout {
-                if self.since.elapsed() > t {
-                    bail!(
-                        "no progress for {:.1} s while {}: the peer stopped or is gone (same test, -s, -n and -q on both sides?)",
-                        t.as_secs_f64(),
-                        what()
-                    );
-                }
-            }
+        if self.0.idle() {
+            bail!(
+                "no progress for {:.1} s while {}: the peer stopped or is gone (same test, -s, -n and -q on both sides?)",
+                self.0.timeout().unwrap_or_default().as_secs_f64(),
+                what()
+            );
         }
         Ok(())
     }

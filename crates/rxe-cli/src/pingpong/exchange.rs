@@ -1,8 +1,6 @@
 //! The tools' loop: posting receives and sends, waiting for completions
 //! (polling or on events), and checking what arrives.
 
-use std::time::Instant;
-
 use anyhow::{anyhow, bail, Context, Result};
 use rxe_core::transport::responder::GRH_LEN;
 use rxe_verbs::{
@@ -11,6 +9,7 @@ use rxe_verbs::{
 
 use super::config::{Check, Kind};
 use super::session::{Pingpong, UD_QKEY};
+use crate::busy_poll::BusyPoll;
 use crate::ibv_format::wc_status_str;
 use crate::pattern::{self, Role};
 
@@ -110,24 +109,13 @@ impl Pingpong {
             self.cq.poll_into(max, out).context("poll CQ failed")?;
             return Ok(());
         }
-        // Busy polling, as the tools do, but yielding the CPU at every
-        // empty poll: the device's own threads need it to make progress
-        // (measured on 2 CPUs: 1-byte RC round trips took 3x longer when
-        // yielding only every 64 polls).
-        let since = Instant::now();
-        let mut polls = 0u32;
+        let mut w = BusyPoll::new(self.cfg.timeout);
         loop {
             if self.cq.poll_into(max, out).context("poll CQ failed")? > 0 {
                 return Ok(());
             }
-            std::thread::yield_now();
-            polls = polls.wrapping_add(1);
-            if polls % 256 == 0 {
-                if let Some(t) = self.cfg.timeout {
-                    if since.elapsed() > t {
-                        return Err(stuck());
-                    }
-                }
+            if w.idle() {
+                return Err(stuck());
             }
         }
     }
