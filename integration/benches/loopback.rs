@@ -134,39 +134,29 @@ fn rxe_write_stream(a: &Node, b: &Node, d: Duration) -> f64 {
 }
 
 fn up_4096(qp: &Qp, dest: u32, dgid: [u8; 16]) {
-    qp.modify(&QpAttr {
-        qp_state: Some(QpState::Init),
-        pkey_index: Some(0),
-        port_num: Some(1),
-        access_flags: Some(all_access()),
-        ..Default::default()
-    })
-    .unwrap();
-    qp.modify(&QpAttr {
-        qp_state: Some(QpState::Rtr),
-        av: Some(AddressVector {
-            dgid,
-            hop_limit: 64,
-            ..Default::default()
-        }),
-        path_mtu: Some(PathMtu::Mtu4096),
-        dest_qpn: Some(dest),
-        rq_psn: Some(Psn::new(0)),
-        max_dest_rd_atomic: Some(16),
-        min_rnr_timer: Some(1),
-        ..Default::default()
-    })
-    .unwrap();
-    qp.modify(&QpAttr {
-        qp_state: Some(QpState::Rts),
-        sq_psn: Some(Psn::new(0)),
-        timeout: Some(14),
-        retry_cnt: Some(7),
-        rnr_retry: Some(7),
-        max_rd_atomic: Some(16),
-        ..Default::default()
-    })
-    .unwrap();
+    let ready = ReadyParams::Rc {
+        sq_psn: Psn::new(0),
+        remote: RemoteQp {
+            qpn: dest,
+            psn: Psn::new(0),
+            av: AddressVector {
+                dgid,
+                hop_limit: 64,
+                ..Default::default()
+            },
+            path_mtu: PathMtu::Mtu4096,
+        },
+        rc: RcParams {
+            max_dest_rd_atomic: 16,
+            min_rnr_timer: 1,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            max_rd_atomic: 16,
+        },
+    };
+    let init = InitParams::connected(all_access()).with_port(1);
+    connect::connect(qp, &init, &ready).unwrap();
 }
 
 /// RC SEND ping-pong of 64 bytes, both sides busy-polling.

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use rxe_core::transport::Psn;
 use rxe_verbs::{
-    AccessFlags, AddressVector, Cq, Device, DeviceConfig, Mr, PathMtu, Pd, Qp, QpAttr, QpCap,
-    QpInitAttr, QpState, QpType, WorkCompletion,
+    connect, AccessFlags, AddressVector, Cq, Device, DeviceConfig, InitParams, Mr, PathMtu, Pd, Qp,
+    QpCap, QpInitAttr, QpType, RcParams, ReadyParams, RemoteQp, WorkCompletion,
 };
 
 /// A device on one loopback address with a PD, a CQ and one MR.
@@ -113,68 +113,53 @@ pub fn connect_with(
     pkey_index: u16,
     access: AccessFlags,
 ) {
-    let rc = qp.qp_type() == QpType::Rc;
-    qp.modify(&QpAttr {
-        qp_state: Some(QpState::Init),
-        pkey_index: Some(pkey_index),
-        port_num: Some(1),
-        access_flags: Some(access),
-        ..Default::default()
-    })
-    .expect("RESET->INIT");
-    let mut rtr = QpAttr {
-        qp_state: Some(QpState::Rtr),
-        av: Some(AddressVector {
+    let remote = RemoteQp {
+        qpn: dest_qpn,
+        psn: Psn::new(rq_psn),
+        av: AddressVector {
             dgid,
             sgid_index: 0,
             hop_limit: 64,
             ..Default::default()
-        }),
-        path_mtu: Some(PathMtu::Mtu1024),
-        dest_qpn: Some(dest_qpn),
-        rq_psn: Some(Psn::new(rq_psn)),
-        ..Default::default()
+        },
+        path_mtu: PathMtu::Mtu1024,
     };
-    if rc {
-        rtr.max_dest_rd_atomic = Some(4);
-        rtr.min_rnr_timer = Some(12);
-    }
-    qp.modify(&rtr).expect("INIT->RTR");
-    let mut rts = QpAttr {
-        qp_state: Some(QpState::Rts),
-        sq_psn: Some(Psn::new(sq_psn)),
-        ..Default::default()
+    let sq_psn = Psn::new(sq_psn);
+    let ready = if qp.qp_type() == QpType::Rc {
+        ReadyParams::Rc {
+            sq_psn,
+            remote,
+            rc: PINGPONG_RC,
+        }
+    } else {
+        ReadyParams::Uc { sq_psn, remote }
     };
-    if rc {
-        rts.timeout = Some(14);
-        rts.retry_cnt = Some(7);
-        rts.rnr_retry = Some(7);
-        rts.max_rd_atomic = Some(4);
-    }
-    qp.modify(&rts).expect("RTR->RTS");
+    let init = InitParams::connected(access)
+        .with_pkey_index(pkey_index)
+        .with_port(1);
+    connect::connect(qp, &init, &ready).expect("RESET->INIT->RTR->RTS");
 }
+
+/// The RC attributes of `ibv_rc_pingpong`, with four READs or atomics in
+/// flight each way instead of one.
+pub const PINGPONG_RC: RcParams = RcParams {
+    max_dest_rd_atomic: 4,
+    min_rnr_timer: 12,
+    timeout: 14,
+    retry_cnt: 7,
+    rnr_retry: 7,
+    max_rd_atomic: 4,
+};
 
 /// RESET → INIT → RTR → RTS for a UD QP with `qkey`.
 pub fn ud_up(qp: &Qp, qkey: u32, pkey_index: u16) {
-    qp.modify(&QpAttr {
-        qp_state: Some(QpState::Init),
-        pkey_index: Some(pkey_index),
-        port_num: Some(1),
-        qkey: Some(qkey),
-        ..Default::default()
-    })
-    .expect("RESET->INIT");
-    qp.modify(&QpAttr {
-        qp_state: Some(QpState::Rtr),
-        ..Default::default()
-    })
-    .expect("INIT->RTR");
-    qp.modify(&QpAttr {
-        qp_state: Some(QpState::Rts),
-        sq_psn: Some(Psn::new(0x1234)),
-        ..Default::default()
-    })
-    .expect("RTR->RTS");
+    let init = InitParams::datagram(qkey)
+        .with_pkey_index(pkey_index)
+        .with_port(1);
+    let ready = ReadyParams::Ud {
+        sq_psn: Psn::new(0x1234),
+    };
+    connect::connect(qp, &init, &ready).expect("RESET->INIT->RTR->RTS");
 }
 
 /// A connected RC (or UC) pair between two nodes.

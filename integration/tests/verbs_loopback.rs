@@ -739,29 +739,27 @@ fn events_qp_fatal_comm_est_and_cq_overrun() {
     let qa = a.qp(QpType::Rc);
     let qb = b.qp(QpType::Rc);
     connect(&qa, qb.qp_num(), b.gid(), 1, 2);
-    qb.modify(&QpAttr {
-        qp_state: Some(QpState::Init),
-        pkey_index: Some(0),
-        port_num: Some(1),
-        access_flags: Some(all_access()),
-        ..Default::default()
-    })
-    .unwrap();
-    qb.modify(&QpAttr {
-        qp_state: Some(QpState::Rtr),
-        av: Some(AddressVector {
-            dgid: a.gid(),
-            hop_limit: 64,
-            ..Default::default()
-        }),
-        path_mtu: Some(PathMtu::Mtu1024),
-        dest_qpn: Some(qa.qp_num()),
-        rq_psn: Some(rxe_core::transport::Psn::new(1)),
-        max_dest_rd_atomic: Some(1),
-        min_rnr_timer: Some(1),
-        ..Default::default()
-    })
-    .unwrap();
+    // B stops in RTR: INIT, then RTR with one READ in flight and RNR timer 1.
+    let ready = ReadyParams::Rc {
+        sq_psn: Psn::new(2),
+        remote: RemoteQp {
+            qpn: qa.qp_num(),
+            psn: Psn::new(1),
+            av: AddressVector {
+                dgid: a.gid(),
+                hop_limit: 64,
+                ..Default::default()
+            },
+            path_mtu: PathMtu::Mtu1024,
+        },
+        rc: RcParams {
+            max_dest_rd_atomic: 1,
+            min_rnr_timer: 1,
+            ..PINGPONG_RC
+        },
+    };
+    connect::to_init(&qb, &InitParams::connected(all_access()).with_port(1)).unwrap();
+    connect::to_rtr(&qb, &ready).unwrap();
     qb.post_recv(recv_wr(1, vec![b.mr.sge(0, 64)])).unwrap();
     qa.post_send(send_wr(2, SendOp::Send, vec![a.mr.sge(0, 8)]))
         .unwrap();

@@ -16,13 +16,14 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
+use rxe_core::transport::responder::GRH_LEN;
 use rxe_core::transport::Psn;
 use rxe_core::wire::dissect::dissect;
 use rxe_net::capture::CaptureReader;
 use rxe_verbs::{
-    gid_of, AccessFlags, AddressVector, AhAttr, Cq, Device, Mr, PathMtu, Pd, Qp, QpAttr, QpCap,
-    QpInitAttr, QpState, QpType, RecvWr, SendData, SendOp, SendWr, WcOpcode, WcStatus,
-    WorkCompletion,
+    connect, gid_of, AccessFlags, AddressVector, AhAttr, Cq, Device, InitParams, Mr, PathMtu, Pd,
+    Qp, QpCap, QpInitAttr, QpType, RcParams, ReadyParams, RecvWr, RemoteQp, SendData, SendOp,
+    SendWr, WcOpcode, WcStatus, WorkCompletion,
 };
 
 use crate::place;
@@ -44,7 +45,6 @@ pub struct Args {
 /// How long one step may take.
 const STEP_TIMEOUT: Duration = Duration::from_secs(5);
 const QKEY: u32 = 0x1111_1111;
-const GRH_LEN: usize = 40;
 
 /// Offsets in B's memory region.
 const SEND_AT: usize = 0;
@@ -152,59 +152,47 @@ fn setup(dev: &Device, ip: IpAddr) -> Result<Side> {
 
 /// INIT, RTR, RTS for an RC QP that accepts every remote operation.
 fn connect_rc(me: &Side, peer: &Side, my_psn: u32, peer_psn: u32) -> Result<()> {
-    me.rc.modify(&QpAttr {
-        qp_state: Some(QpState::Init),
-        pkey_index: Some(0),
-        port_num: Some(rxe_verbs::PORT),
-        access_flags: Some(
-            AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC,
-        ),
-        ..QpAttr::default()
-    })?;
-    me.rc.modify(&QpAttr {
-        qp_state: Some(QpState::Rtr),
-        av: Some(AddressVector {
+    let remote = RemoteQp {
+        qpn: peer.rc.qp_num(),
+        psn: Psn::new(peer_psn),
+        av: AddressVector {
             dgid: gid_of(peer.ip),
             sgid_index: me.gid_idx,
             hop_limit: 64,
             ..AddressVector::default()
-        }),
-        path_mtu: Some(PathMtu::Mtu1024),
-        dest_qpn: Some(peer.rc.qp_num()),
-        rq_psn: Some(Psn::new(peer_psn)),
-        max_dest_rd_atomic: Some(4),
-        min_rnr_timer: Some(12),
-        ..QpAttr::default()
-    })?;
-    me.rc.modify(&QpAttr {
-        qp_state: Some(QpState::Rts),
-        timeout: Some(14),
-        retry_cnt: Some(7),
-        rnr_retry: Some(7),
-        sq_psn: Some(Psn::new(my_psn)),
-        max_rd_atomic: Some(4),
-        ..QpAttr::default()
-    })?;
+        },
+        path_mtu: PathMtu::Mtu1024,
+    };
+    let rc = RcParams {
+        max_dest_rd_atomic: 4,
+        min_rnr_timer: 12,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        max_rd_atomic: 4,
+    };
+    connect::connect(
+        &me.rc,
+        &InitParams::connected(
+            AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC,
+        ),
+        &ReadyParams::Rc {
+            sq_psn: Psn::new(my_psn),
+            remote,
+            rc,
+        },
+    )?;
     Ok(())
 }
 
 fn connect_ud(me: &Side) -> Result<()> {
-    me.ud.modify(&QpAttr {
-        qp_state: Some(QpState::Init),
-        pkey_index: Some(0),
-        port_num: Some(rxe_verbs::PORT),
-        qkey: Some(QKEY),
-        ..QpAttr::default()
-    })?;
-    me.ud.modify(&QpAttr {
-        qp_state: Some(QpState::Rtr),
-        ..QpAttr::default()
-    })?;
-    me.ud.modify(&QpAttr {
-        qp_state: Some(QpState::Rts),
-        sq_psn: Some(Psn::new(0)),
-        ..QpAttr::default()
-    })?;
+    connect::connect(
+        &me.ud,
+        &InitParams::datagram(QKEY),
+        &ReadyParams::Ud {
+            sq_psn: Psn::new(0),
+        },
+    )?;
     Ok(())
 }
 

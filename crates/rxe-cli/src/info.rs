@@ -8,8 +8,8 @@ use anyhow::{bail, Result};
 use rxe_verbs::attr::device_cap;
 use rxe_verbs::{AtomicCap, Device, LinkLayer, PortState, Target};
 
+use crate::ibv_format::{gid_line, guid_str, mtu_str};
 use crate::place::{self, Place};
-use crate::report::{gid_line, guid_str, mtu_str};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {

@@ -1,22 +1,25 @@
 //! `rxe`: the command-line face of the rxe software RoCE NIC.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod busy_poll;
 mod demo;
 mod devices;
 mod dissect;
-mod handshake;
+mod ibv_format;
 mod info;
+mod options;
 mod pattern;
 mod perf;
-mod perf_handshake;
-mod perf_report;
 mod pingpong;
 mod place;
-mod report;
 mod side_channel;
+#[cfg(test)]
+mod test_support;
 
 #[derive(Parser)]
 #[command(name = "rxe", version, about = "rxe: a software RoCEv2 NIC")]

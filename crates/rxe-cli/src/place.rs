@@ -3,6 +3,8 @@
 //! so each command adds its own and removes it when it ends.
 
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs, UdpSocket};
+use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use rxe_verbs::{gid_of, Device, DeviceConfig, Target};
@@ -42,6 +44,36 @@ pub fn describe(t: &Target) -> String {
         Target::Address(ip) => ip.to_string(),
         Target::Interface(i) => format!("interface {i}"),
     }
+}
+
+/// Runs a `pingpong` or `perf` session on a device of its own: on `--ip`
+/// or `-d` if given, else a client's on the address it reaches `host`
+/// from and a server's on the default interface. After a session that
+/// succeeded the device stays `linger` longer, so that the
+/// acknowledgements of the peer's last messages leave before its UDP port
+/// closes; then it is removed (printing its counters with `--counters`).
+pub fn run_on_device(
+    place: &Place,
+    host: Option<&str>,
+    counters: bool,
+    linger: Duration,
+    session: impl FnOnce(&Device, &Target) -> Result<()>,
+) -> Result<ExitCode> {
+    let target = match place.target() {
+        Some(t) => t,
+        None => match host {
+            // The address this host reaches the server from.
+            Some(h) => Target::Address(source_address_for(h)?),
+            None => Target::Interface(default_interface()?),
+        },
+    };
+    let dev = add_device(&target)?;
+    let result = session(&dev, &target);
+    if result.is_ok() {
+        std::thread::sleep(linger);
+    }
+    remove_device(dev, counters);
+    result.map(|()| ExitCode::SUCCESS)
 }
 
 /// Adds a device on `target`, with an error that says what went wrong in
@@ -144,6 +176,18 @@ pub fn default_gid_index(dev: &Device, target: &Target) -> Result<u8> {
         Some(e) => Ok(e.index),
         None => bail!("device {} has no GID (no usable address)", dev.name()),
     }
+}
+
+/// The GID index to use (`index`, else [`default_gid_index`]) and its GID.
+pub fn local_gid(dev: &Device, target: &Target, index: Option<u8>) -> Result<(u8, [u8; 16])> {
+    let index = match index {
+        Some(g) => g,
+        None => default_gid_index(dev, target)?,
+    };
+    let gid = dev
+        .query_gid(rxe_verbs::PORT, index)
+        .with_context(|| format!("cannot read the GID of index {index}"))?;
+    Ok((index, gid))
 }
 
 #[cfg(test)]

@@ -1,12 +1,14 @@
 //! The TCP side channel that the pingpong tools and perftest exchange
 //! their QP numbers, PSNs and keys over: accepting and connecting with an
-//! optional deadline, and the random initial PSN each side announces.
+//! optional deadline, the random initial PSN each side announces, and the
+//! check of the GIDs the peer announced.
 
 use std::io::{self, Read};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use rxe_verbs::ip_of_gid;
 
 /// Waits for one client, at most `timeout` (without end if `None`).
 pub fn accept(listener: &TcpListener, timeout: Option<Duration>) -> Result<TcpStream> {
@@ -73,6 +75,38 @@ pub fn read_full<S: Read>(stream: &mut S, buf: &mut [u8]) -> io::Result<usize> {
     Ok(got)
 }
 
+/// Why this side cannot reach the QPs the peer described.
+#[derive(Debug, thiserror::Error)]
+pub enum PeerGidError {
+    #[error("the peer sent no GID: RoCE needs one, run the peer with {flag} <gid index>")]
+    Missing {
+        /// The peer tool's GID index option (`-g`, `-x`).
+        flag: &'static str,
+    },
+    #[error("the peer's GID is of the other IP family than ours ({flag} {gid_index})")]
+    OtherFamily { flag: &'static str, gid_index: u8 },
+}
+
+/// Refuses peer GIDs that RoCEv2 from `mine` (of index `gid_index`)
+/// cannot reach: none at all, or of the other IP family. `flag` is the
+/// tools' GID index option, for the hint.
+pub fn check_peer_gids(
+    mine: [u8; 16],
+    gid_index: u8,
+    theirs: impl IntoIterator<Item = [u8; 16]>,
+    flag: &'static str,
+) -> Result<(), PeerGidError> {
+    let v4 = ip_of_gid(mine).is_ipv4();
+    let theirs: Vec<[u8; 16]> = theirs.into_iter().collect();
+    if theirs.contains(&[0; 16]) {
+        return Err(PeerGidError::Missing { flag });
+    }
+    if theirs.iter().any(|g| ip_of_gid(*g).is_ipv4() != v4) {
+        return Err(PeerGidError::OtherFamily { flag, gid_index });
+    }
+    Ok(())
+}
+
 /// A random 24-bit initial PSN (the tools use `lrand48() & 0xffffff`);
 /// `salt` tells apart the QPs of one run.
 pub fn random_psn(salt: u64) -> u32 {
@@ -86,4 +120,24 @@ pub fn random_psn(salt: u64) -> u32 {
             .unwrap_or(0),
     );
     (h.finish() & 0xff_ffff) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rxe_verbs::gid_of;
+
+    #[test]
+    fn peer_gids_must_be_there_and_of_our_family() {
+        let v4 = gid_of("10.0.0.1".parse().unwrap());
+        let v6 = gid_of("fd00::1".parse().unwrap());
+        assert!(check_peer_gids(v4, 1, [v4, v4], "-g").is_ok());
+        let e = check_peer_gids(v4, 1, [v4, [0; 16]], "-x").unwrap_err();
+        assert!(matches!(e, PeerGidError::Missing { flag: "-x" }), "{e}");
+        let e = check_peer_gids(v4, 3, [v6], "-g").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the peer's GID is of the other IP family than ours (-g 3)"
+        );
+    }
 }

@@ -32,6 +32,7 @@
 pub mod ah;
 pub mod attr;
 pub mod client;
+pub mod connect;
 pub mod cq;
 pub mod device;
 mod engine;
@@ -51,6 +52,7 @@ pub use attr::{
     PortState,
 };
 pub use client::{register_client, Client, ClientData, ClientId, ClientRegistration};
+pub use connect::{ConnectError, InitParams, RcParams, ReadyParams, RemoteQp};
 pub use cq::{Cq, NotifyKind};
 pub use device::{Device, DeviceConfig, Target, PORT};
 pub use error::{ObjectKind, Result, VerbsError};
@@ -62,6 +64,7 @@ pub use registry::{device_by_name, devices};
 pub use srq::{Srq, SrqInitAttr};
 
 pub use rxe_core::transport::{
-    AccessFlags, AddressVector, AttrMask, MigState, PathMtu, PostError, QpAttr, QpState, QpType,
-    RecvWr, SendData, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion, WorkQueue,
+    AccessFlags, AddressVector, AttrMask, MigState, PathMtu, PostError, Psn, QpAttr, QpState,
+    QpType, RecvWr, SendData, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion,
+    WorkQueue,
 };

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::perf_handshake::{Keys, Report, Verb};
+use super::handshake::{Keys, Report, Verb};
 
 /// The line of dashes around each block.
 pub const RULE: &str =
