@@ -11,8 +11,8 @@ use std::time::{Duration, SystemTime};
 
 use rxe_core::wire::frame::{ETHERTYPE_IPV4, ETHERTYPE_IPV6};
 
-use crate::capture::{CaptureError, PcapWriter};
 use crate::encap::WireHeaders;
+use rxe_pcap::{CaptureError, PcapWriter};
 
 const ETHERNET_LEN: usize = 14;
 
@@ -135,10 +135,10 @@ impl PcapTap {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capture::CaptureReader;
     use crate::encap::{seal, WireHeaders};
     use rxe_core::wire::dissect::dissect;
     use rxe_core::wire::{BthRepr, ExtReprs, Opcode, TransportRepr};
+    use rxe_pcap::CaptureReader;
     use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 
     fn packet(len: usize) -> Vec<u8> {
