@@ -9,12 +9,10 @@ use std::net::IpAddr;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use rxe_core::wire::frame::{ETHERTYPE_IPV4, ETHERTYPE_IPV6};
-
-use crate::encap::WireHeaders;
+use rxe_core::wire::build::{ethernet_header, roce_v2_ethertype, EthernetAddrs, ETHERNET_LEN};
 use rxe_pcap::{CaptureError, PcapWriter};
 
-const ETHERNET_LEN: usize = 14;
+use crate::encap::WireHeaders;
 
 /// A locally administered unicast MAC for `ip`: 02:00:00 and the last three
 /// bytes of the address.
@@ -30,19 +28,6 @@ pub fn mac_of(ip: IpAddr) -> [u8; 6] {
         }
     };
     [0x02, 0, 0, tail[0], tail[1], tail[2]]
-}
-
-fn ip_addrs(h: &WireHeaders) -> (IpAddr, IpAddr) {
-    let ip = h.ip_header();
-    if h.is_ipv4() {
-        let s: [u8; 4] = ip[12..16].try_into().unwrap_or_default();
-        let d: [u8; 4] = ip[16..20].try_into().unwrap_or_default();
-        (IpAddr::from(s), IpAddr::from(d))
-    } else {
-        let s: [u8; 16] = ip[8..24].try_into().unwrap_or_default();
-        let d: [u8; 16] = ip[24..40].try_into().unwrap_or_default();
-        (IpAddr::from(s), IpAddr::from(d))
-    }
 }
 
 /// Writes frames to a pcap file (Ethernet link type).
@@ -101,16 +86,14 @@ impl PcapTap {
         if !h.is_ipv4() {
             h.set_udp_checksum(packet);
         }
-        let (src, dst) = ip_addrs(&h);
-        let ethertype = if h.is_ipv4() {
-            ETHERTYPE_IPV4
-        } else {
-            ETHERTYPE_IPV6
+        let (src, dst) = h.addresses();
+        let eth = EthernetAddrs {
+            src: mac_of(src),
+            dst: mac_of(dst),
         };
         self.frame.clear();
-        self.frame.extend_from_slice(&mac_of(dst));
-        self.frame.extend_from_slice(&mac_of(src));
-        self.frame.extend_from_slice(&ethertype.to_be_bytes());
+        self.frame
+            .extend_from_slice(&ethernet_header(&eth, roce_v2_ethertype(src)));
         self.frame.extend_from_slice(h.ip_header());
         self.frame.extend_from_slice(h.udp_header());
         self.frame.extend_from_slice(packet);
