@@ -118,7 +118,7 @@ impl WireHeaders {
             dont_fragment: f.dont_fragment,
             ..RoceV2Ip::new(src.ip(), dst.ip(), src.port())
         };
-        let mut bytes = [0u8; grh::HEADER_LEN + 8];
+        let mut bytes = [0u8; ip_udp::MAX_HEADER_LEN];
         if ip.emit(payload_len, &mut bytes).is_err() {
             // Too long for UDP is reported first, then a family mismatch.
             let fits_udp = payload_len

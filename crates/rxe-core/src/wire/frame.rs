@@ -761,7 +761,11 @@ pub(crate) mod tests {
         );
         assert_eq!(
             decode(LinkType::Ethernet, &b.bytes[..30]),
-            Err(Error::truncated(Layer::Grh, 40, 16))
+            Err(Error::truncated(
+                Layer::Grh,
+                crate::wire::grh::HEADER_LEN,
+                16
+            ))
         );
     }
 

@@ -11,6 +11,10 @@ use etherparse::{IpNumber, Ipv4Header, Ipv6FlowLabel, Ipv6Header, UdpHeader};
 use super::error::{Error, ErrorKind, Layer, Result};
 use super::frame::ROCE_V2_PORT;
 
+/// The longest IP and UDP headers in front of a RoCEv2 packet: IPv6 (40
+/// bytes) and UDP (8); IPv4 without options takes 20.
+pub const MAX_HEADER_LEN: usize = Ipv6Header::LEN + UdpHeader::LEN;
+
 /// The IP and UDP fields of a RoCEv2 packet that the transport does not set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RoceV2Ip {
@@ -228,7 +232,7 @@ mod tests {
                 4791,
             )
         };
-        assert_eq!((ip.ip_len(), ip.header_len()), (40, 48));
+        assert_eq!((ip.ip_len(), ip.header_len()), (40, MAX_HEADER_LEN));
         let mut buf = [0u8; 48];
         assert_eq!(ip.emit(100, &mut buf), Ok(48));
         assert_eq!(&buf[..8], &[0x62, 0x0a, 0xbc, 0xde, 0, 108, 17, 5]);
