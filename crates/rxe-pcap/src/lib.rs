@@ -11,31 +11,20 @@
 //!
 //! Frames are not decoded here: rxe-core does that.
 //!
-//! Both are built on the `pcap-file` crate (version 2): it reads the pcap file header and
-//! records, and the pcapng block framing, section headers and interface descriptions. These
-//! parts are done here instead, because `pcap-file` gets them wrong or cannot do them:
+//! The formats are parsed by the `pcap-parser` crate (rusticata, 0.17): the pcap file header
+//! and records, and the pcapng section headers, interface descriptions (with their
+//! options) and Enhanced and Simple Packet Blocks. It reads every capture the tests read
+//! (the golden kernel-rxe captures, their pcapng and nanosecond conversions) frame for
+//! frame as the former `pcap-file` based reader did. What is done here instead, each where
+//! `pcap-parser` does not read the file as the format says, is documented where it is
+//! done: the I/O and the framing of records and blocks by their lengths (`reader`), and
+//! in `pcapng` the obsolete Packet Block, `if_tsoffset` in a big-endian section,
+//! timestamps at any `if_tsresol`, an Enhanced Packet Block whose captured length runs
+//! past its block, and the snaplen of a Simple Packet Block. The writer writes its 24-byte
+//! header and 16-byte records itself (`writer`).
 //!
-//! * pcap records are read raw and checked here: `pcap-file`'s checked records reject every
-//!   record whose original length exceeds the snapshot length, i.e. any capture taken with
-//!   `tcpdump -s N`;
-//! * pcapng packet blocks (Enhanced, Simple, obsolete Packet) are parsed here: `pcap-file`
-//!   takes an Enhanced Packet Block's timestamp count as nanoseconds whatever the interface's
-//!   `if_tsresol` says (a default, microsecond, file comes out 1000 times too early), reads
-//!   the Packet Block's timestamp as one 64-bit word, returns a Simple Packet Block's padding
-//!   as data, and fails a packet over an option it cannot parse; timestamps are scaled here by
-//!   `if_tsresol` and `if_tsoffset`, and a packet's interface ID is checked;
-//! * `pcap-file` reports the end of the data inside a record as a bare `UnexpectedEof` I/O
-//!   error; here it becomes [`CaptureError::TruncatedRecord`] with the frame number and the
-//!   file length, and the magic number is checked first to tell an empty file, a file cut
-//!   inside the magic, and a file that is no capture apart;
-//! * pcap records are written here (the file header by `pcap-file`): its writer can neither
-//!   flush nor lend its writer.
-//!
-//! Limits of `pcap-file` 2 that remain: a record larger than its 8 MB read buffer is reported
-//! as truncated; an Interface Description Block with an `if_tzone` option, or with an option
-//! it cannot parse (a name that is not UTF-8), is an error. Truncated and corrupted input
-//! gives an error, never a panic (tested below on every cut of a file, and on corrupted
-//! copies).
+//! A record or block is held whole in memory, up to 64 MiB. Truncated and corrupted input
+//! gives an error, never a panic (tested on every cut of a file, and on corrupted copies).
 
 #![forbid(unsafe_code)]
 

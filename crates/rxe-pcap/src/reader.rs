@@ -1,20 +1,23 @@
 //! [`CaptureReader`]: the frames of a pcap or pcapng file, one at a time.
+//!
+//! The file is read here one record (pcap) or block (pcapng) at a time, framed
+//! by its length, and each whole record or block is handed to `pcap-parser`'s
+//! parsers. The I/O is not `pcap-parser`'s streaming readers', because those
+//! (0.17) read the file header with a single `read` call, so a pipe that
+//! returns it in pieces fails; report a failed read without its
+//! `io::Error`; and take a length inside a block that runs past the block for
+//! a file cut short.
 
 use std::fmt;
 use std::fs::File;
-use std::io::{self, Read};
+use std::io::{self, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
-use pcap_file::pcap::{PcapHeader, PcapReader, RawPcapPacket};
-use pcap_file::pcapng::blocks::{ENHANCED_PACKET_BLOCK, PACKET_BLOCK, SIMPLE_PACKET_BLOCK};
-use pcap_file::pcapng::{PcapNgReader, RawBlock};
-use pcap_file::{PcapError, TsResolution};
+use pcap_parser::pcap::{parse_pcap_frame, parse_pcap_frame_be, parse_pcap_header};
 
 use crate::error::CaptureError;
-use crate::pcapng::{ng_timestamp, parse_packet_block};
+use crate::pcapng::{self, Interface, NgBlock, BYTE_ORDER_MAGIC, SECTION_HEADER};
 use crate::LinkType;
 
 /// One packet record of a capture.
@@ -49,30 +52,40 @@ const PCAP_MAGICS: [[u8; 4]; 4] = [
 ];
 const PCAPNG_MAGIC: [u8; 4] = [0x0a, 0x0d, 0x0d, 0x0a];
 
-/// The boxed byte source under both readers.
-type Source = io::Chain<io::Cursor<Vec<u8>>, Counting>;
+/// The longest record or block read: each is held whole in memory, so a
+/// corrupted length beyond this is reported as malformed, not allocated.
+const MAX_RECORD: usize = 64 << 20;
 
-/// Counts the bytes read from the underlying reader, for error messages.
-struct Counting {
+/// The file, with the count of bytes read for error messages.
+struct Source {
     inner: Box<dyn Read + Send>,
-    count: Arc<AtomicU64>,
+    /// Bytes read so far (the file length once the end is reached).
+    pos: u64,
 }
 
-impl Read for Counting {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.count.fetch_add(n as u64, Ordering::Relaxed);
+impl Source {
+    /// Appends up to `len` bytes to `out`, fewer only at the end of the file;
+    /// returns how many. Memory grows with the bytes that really come, so a
+    /// huge length in a short file costs nothing.
+    fn read_into(&mut self, len: usize, out: &mut Vec<u8>) -> io::Result<usize> {
+        let n = (&mut self.inner).take(len as u64).read_to_end(out)?;
+        self.pos += n as u64;
         Ok(n)
     }
 }
 
-enum Inner {
+/// Where the reader is in the file, by format.
+enum State {
     Pcap {
-        reader: PcapReader<Source>,
-        header: PcapHeader,
+        big_endian: bool,
+        nanos: bool,
         link_type: LinkType,
     },
-    PcapNg(PcapNgReader<Source>),
+    PcapNg {
+        big_endian: bool,
+        /// The interfaces of the current section, in order of description.
+        interfaces: Vec<Interface>,
+    },
 }
 
 /// Reads the frames of a pcap or pcapng capture, one at a time.
@@ -92,10 +105,11 @@ enum Inner {
 /// # }
 /// ```
 pub struct CaptureReader {
-    inner: Inner,
+    source: Source,
+    state: State,
     path: PathBuf,
-    /// Bytes read from the file so far (the file length once the end is reached).
-    bytes_read: Arc<AtomicU64>,
+    /// One record or block, reused.
+    buf: Vec<u8>,
     /// Number of the last frame returned.
     frames: u64,
     /// Set after an error or the end: nothing more is read.
@@ -113,6 +127,20 @@ impl fmt::Debug for CaptureReader {
     }
 }
 
+/// An error while reading one record, before the path and position are added.
+pub(crate) enum RecordError {
+    Io(io::Error),
+    /// The file ends inside the record.
+    Truncated,
+    Malformed(String),
+}
+
+impl From<io::Error> for RecordError {
+    fn from(e: io::Error) -> Self {
+        RecordError::Io(e)
+    }
+}
+
 impl CaptureReader {
     /// Opens a capture file and reads its file header.
     pub fn open(path: &Path) -> Result<CaptureReader, CaptureError> {
@@ -124,80 +152,91 @@ impl CaptureReader {
     }
 
     /// Reads a capture from any byte stream; `name` is used in error messages (e.g. the
-    /// path, or `<stdin>`). The stream is read in large blocks; it need not be buffered.
+    /// path, or `<stdin>`). The stream need not be buffered: it is read through a buffer.
     pub fn from_reader<R: Read + Send + 'static>(
         reader: R,
         name: impl AsRef<Path>,
     ) -> Result<CaptureReader, CaptureError> {
         let path = name.as_ref().to_path_buf();
-        let bytes_read = Arc::new(AtomicU64::new(0));
-        let mut counting = Counting {
-            inner: Box::new(reader),
-            count: bytes_read.clone(),
+        let mut source = Source {
+            // Records are read in two small pieces and a body: buffered, that is
+            // a copy each instead of a system call each.
+            inner: Box::new(BufReader::with_capacity(1 << 16, reader)),
+            pos: 0,
         };
-
-        let mut magic = Vec::with_capacity(4);
-        (&mut counting)
-            .take(4)
-            .read_to_end(&mut magic)
-            .map_err(|source| CaptureError::Io {
-                path: path.clone(),
-                source,
-            })?;
-        let is_pcapng = magic[..] == PCAPNG_MAGIC;
-        let is_pcap = PCAP_MAGICS.iter().any(|m| magic[..] == m[..]);
+        let io_error = |path: &Path, source| CaptureError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut head = Vec::with_capacity(28);
+        source
+            .read_into(4, &mut head)
+            .map_err(|e| io_error(&path, e))?;
+        let is_pcapng = head[..] == PCAPNG_MAGIC;
+        let is_pcap = PCAP_MAGICS.iter().any(|m| head[..] == m[..]);
         if !is_pcap && !is_pcapng {
             let is_prefix = PCAP_MAGICS
                 .iter()
                 .chain([&PCAPNG_MAGIC])
-                .any(|m| m.starts_with(&magic));
-            return Err(if magic.is_empty() {
+                .any(|m| m.starts_with(&head));
+            return Err(if head.is_empty() {
                 CaptureError::Empty { path }
             } else if is_prefix {
                 CaptureError::TruncatedHeader {
                     path,
-                    len: magic.len() as u64,
+                    len: head.len() as u64,
                 }
             } else {
-                CaptureError::NotACapture { path, magic }
+                CaptureError::NotACapture { path, magic: head }
             });
         }
-        let source: Source = io::Cursor::new(magic).chain(counting);
-
-        let header_error = |e: PcapError| match e {
-            PcapError::IoError(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
-                CaptureError::TruncatedHeader {
-                    path: path.clone(),
-                    len: bytes_read.load(Ordering::Relaxed),
-                }
-            }
-            PcapError::IoError(source) => CaptureError::Io {
-                path: path.clone(),
-                source,
-            },
-            e => CaptureError::Malformed {
-                path: path.clone(),
-                after_frame: 0,
-                reason: format!("file header: {e}"),
-            },
+        let truncated = |source: &Source| CaptureError::TruncatedHeader {
+            path: path.clone(),
+            len: source.pos,
         };
-        let inner = if is_pcapng {
-            Inner::PcapNg(PcapNgReader::new(source).map_err(header_error)?)
-        } else {
-            let reader = PcapReader::new(source).map_err(header_error)?;
-            let header = reader.header();
-            // The upper bits of the pcap link-type field hold FCS information (LT_LINKTYPE).
-            let link_type = LinkType::from_number(u32::from(header.datalink) & 0xffff);
-            Inner::Pcap {
-                reader,
-                header,
-                link_type,
+        let malformed = |reason: String| CaptureError::Malformed {
+            path: path.clone(),
+            after_frame: 0,
+            reason: format!("file header: {reason}"),
+        };
+        let state = if is_pcap {
+            if source
+                .read_into(20, &mut head)
+                .map_err(|e| io_error(&path, e))?
+                < 20
+            {
+                return Err(truncated(&source));
             }
+            let (_, header) = parse_pcap_header(&head).map_err(|e| malformed(e.to_string()))?;
+            State::Pcap {
+                big_endian: header.is_bigendian(),
+                nanos: header.is_nanosecond_precision(),
+                // The upper bits of the pcap link-type field hold FCS information (LT_LINKTYPE).
+                link_type: LinkType::from_number(header.network.0 as u32 & 0xffff),
+            }
+        } else {
+            // The section header: its length is in the byte order its magic tells.
+            let mut state = State::PcapNg {
+                big_endian: false,
+                interfaces: Vec::new(),
+            };
+            match read_block(&mut source, &mut head, false) {
+                Ok(true) => {}
+                Ok(false) | Err(RecordError::Truncated) => return Err(truncated(&source)),
+                Err(RecordError::Io(e)) => return Err(io_error(&path, e)),
+                Err(RecordError::Malformed(reason)) => return Err(malformed(reason)),
+            }
+            apply_block(&mut state, SECTION_HEADER, &head).map_err(|e| match e {
+                RecordError::Malformed(reason) => malformed(reason),
+                _ => truncated(&source),
+            })?;
+            state
         };
         Ok(CaptureReader {
-            inner,
+            source,
+            state,
             path,
-            bytes_read,
+            buf: head,
             frames: 0,
             done: false,
         })
@@ -205,9 +244,9 @@ impl CaptureReader {
 
     /// The container format, from the magic number.
     pub fn format(&self) -> CaptureFormat {
-        match self.inner {
-            Inner::Pcap { .. } => CaptureFormat::Pcap,
-            Inner::PcapNg(_) => CaptureFormat::PcapNg,
+        match self.state {
+            State::Pcap { .. } => CaptureFormat::Pcap,
+            State::PcapNg { .. } => CaptureFormat::PcapNg,
         }
     }
 
@@ -222,9 +261,9 @@ impl CaptureReader {
         if self.done {
             return Ok(None);
         }
-        let result = match self.inner {
-            Inner::Pcap { .. } => self.next_pcap(),
-            Inner::PcapNg(_) => self.next_pcapng(),
+        let result = match self.state {
+            State::Pcap { .. } => self.next_pcap(),
+            State::PcapNg { .. } => self.next_pcapng(),
         };
         match result {
             Ok(Some(mut frame)) => {
@@ -244,81 +283,87 @@ impl CaptureReader {
     }
 
     fn next_pcap(&mut self) -> Result<Option<Frame>, RecordError> {
-        let Inner::Pcap {
-            reader,
-            header,
+        let State::Pcap {
+            big_endian,
+            nanos,
             link_type,
-        } = &mut self.inner
+        } = self.state
         else {
             unreachable!("next_pcap on a pcapng reader");
         };
-        // Raw records: pcap-file's checked records refuse orig_len > snaplen (tcpdump -s).
-        let raw: RawPcapPacket<'_> = match reader.next_raw_packet() {
-            None => return Ok(None),
-            Some(r) => r?,
+        self.buf.clear();
+        match self.source.read_into(16, &mut self.buf)? {
+            0 => return Ok(None),
+            16 => {}
+            _ => return Err(RecordError::Truncated),
+        }
+        let captured = pcapng::word(&self.buf, 8, big_endian).unwrap_or(0) as usize;
+        if captured > MAX_RECORD {
+            return Err(RecordError::Malformed(format!(
+                "record of {captured} bytes, more than the {MAX_RECORD} read"
+            )));
+        }
+        if self.source.read_into(captured, &mut self.buf)? < captured {
+            return Err(RecordError::Truncated);
+        }
+        let parse = if big_endian {
+            parse_pcap_frame_be
+        } else {
+            parse_pcap_frame
         };
-        let frac = u64::from(raw.ts_frac);
-        let nanos = match header.ts_resolution {
-            TsResolution::MicroSecond => frac * 1_000,
-            TsResolution::NanoSecond => frac,
-        };
-        // No check that incl_len <= snaplen or <= orig_len: Wireshark reads those records.
+        let (_, record) = parse(&self.buf).map_err(|e| RecordError::Malformed(e.to_string()))?;
+        let frac = u64::from(record.ts_usec);
+        let nanos = if nanos { frac } else { frac * 1_000 };
+        // No check that caplen <= snaplen or <= origlen: Wireshark reads those records
+        // (tcpdump -s N writes original lengths above the snapshot length).
         Ok(Some(Frame {
             number: 0,
-            link_type: *link_type,
-            timestamp: Duration::from_secs(u64::from(raw.ts_sec)) + Duration::from_nanos(nanos),
-            data: raw.data.into_owned(),
-            orig_len: raw.orig_len,
+            link_type,
+            timestamp: Duration::from_secs(u64::from(record.ts_sec)) + Duration::from_nanos(nanos),
+            data: record.data.to_vec(),
+            orig_len: record.origlen,
         }))
     }
 
     fn next_pcapng(&mut self) -> Result<Option<Frame>, RecordError> {
-        let Inner::PcapNg(reader) = &mut self.inner else {
-            unreachable!("next_pcapng on a pcap reader");
-        };
         loop {
-            // A packet block belongs to the section already read, so its byte order is known
-            // before the block is (a new section header changes it, but is no packet).
-            let endianness = reader.section().endianness;
-            let raw: RawBlock<'_> = match reader.next_raw_block() {
-                None => return Ok(None),
-                Some(r) => r?,
+            let State::PcapNg { big_endian, .. } = self.state else {
+                unreachable!("next_pcapng on a pcap reader");
             };
-            let packet = match raw.type_ {
-                ENHANCED_PACKET_BLOCK | SIMPLE_PACKET_BLOCK | PACKET_BLOCK => {
-                    parse_packet_block(raw.type_, &raw.body, endianness)?
-                }
-                // Section and interface blocks are tracked by the reader; others skipped.
-                _ => continue,
+            self.buf.clear();
+            if !read_block(&mut self.source, &mut self.buf, big_endian)? {
+                return Ok(None);
+            }
+            let block_type = block_type_of(&self.buf, big_endian);
+            let Some(packet) = apply_block(&mut self.state, block_type, &self.buf)? else {
+                continue;
             };
-
-            let interface = reader
-                .interfaces()
+            let State::PcapNg { interfaces, .. } = &self.state else {
+                unreachable!("next_pcapng on a pcap reader");
+            };
+            let interface = interfaces
                 .get(packet.interface_id as usize)
                 .ok_or_else(|| {
                     RecordError::Malformed(format!(
                         "packet on interface {} but the section describes {} interface(s)",
                         packet.interface_id,
-                        reader.interfaces().len()
+                        interfaces.len()
                     ))
                 })?;
-            let link_type = LinkType::from_number(u32::from(interface.linktype));
             let mut data = packet.data;
             let timestamp = match packet.raw_timestamp {
-                Some(raw) => ng_timestamp(interface, raw)?,
+                Some(raw) => pcapng::timestamp(interface, raw)?,
                 None => {
-                    // The block holds min(original length, snaplen) bytes, then padding.
-                    let mut len = data.len().min(packet.orig_len as usize);
+                    // A Simple Packet Block holds min(original length, snaplen) bytes.
                     if interface.snaplen != 0 {
-                        len = len.min(interface.snaplen as usize);
+                        data.truncate(interface.snaplen as usize);
                     }
-                    data.truncate(len);
                     Duration::ZERO
                 }
             };
             return Ok(Some(Frame {
                 number: 0,
-                link_type,
+                link_type: interface.link_type,
                 timestamp,
                 data,
                 orig_len: packet.orig_len,
@@ -329,21 +374,12 @@ impl CaptureReader {
     fn record_error(&self, e: RecordError) -> CaptureError {
         let path = self.path.clone();
         match e {
-            RecordError::Pcap(PcapError::IoError(e))
-                if e.kind() == io::ErrorKind::UnexpectedEof =>
-            {
-                CaptureError::TruncatedRecord {
-                    path,
-                    after_frame: self.frames,
-                    len: self.bytes_read.load(Ordering::Relaxed),
-                }
-            }
-            RecordError::Pcap(PcapError::IoError(source)) => CaptureError::Io { path, source },
-            RecordError::Pcap(e) => CaptureError::Malformed {
+            RecordError::Truncated => CaptureError::TruncatedRecord {
                 path,
                 after_frame: self.frames,
-                reason: e.to_string(),
+                len: self.source.pos,
             },
+            RecordError::Io(source) => CaptureError::Io { path, source },
             RecordError::Malformed(reason) => CaptureError::Malformed {
                 path,
                 after_frame: self.frames,
@@ -351,6 +387,97 @@ impl CaptureReader {
             },
         }
     }
+}
+
+/// The block type at the start of a block, in the section's byte order (a
+/// section header's type reads the same in both).
+fn block_type_of(block: &[u8], big_endian: bool) -> u32 {
+    pcapng::word(block, 0, big_endian).unwrap_or(0)
+}
+
+/// Appends the next whole pcapng block to `out`, framed by its length:
+/// `Ok(false)` at a clean end of the file. `out` is empty, or holds the
+/// first bytes of the block (the file's magic number, for the first block).
+fn read_block(
+    source: &mut Source,
+    out: &mut Vec<u8>,
+    big_endian: bool,
+) -> Result<bool, RecordError> {
+    let have = out.len();
+    match source.read_into(8 - have, out)? {
+        0 if have == 0 => return Ok(false),
+        n if n + have < 8 => return Err(RecordError::Truncated),
+        _ => {}
+    }
+    let raw_type = pcapng::word(out, 0, false).unwrap_or(0);
+    let mut big_endian = big_endian;
+    if raw_type == SECTION_HEADER {
+        // A section header gives its own byte order, after its length.
+        if source.read_into(4, out)? < 4 {
+            return Err(RecordError::Truncated);
+        }
+        big_endian = match pcapng::word(out, 8, false) {
+            Some(BYTE_ORDER_MAGIC) => false,
+            Some(m) if m.swap_bytes() == BYTE_ORDER_MAGIC => true,
+            m => {
+                return Err(RecordError::Malformed(format!(
+                    "section header byte-order magic {:08x} is neither order of 1a2b3c4d",
+                    m.unwrap_or(0)
+                )))
+            }
+        };
+    }
+    let len = pcapng::word(out, 4, big_endian).unwrap_or(0) as usize;
+    if !(12..=MAX_RECORD).contains(&len) || len % 4 != 0 || len < out.len() {
+        return Err(RecordError::Malformed(format!(
+            "block length {len} (a block has 12 to {MAX_RECORD} bytes, a multiple of 4)"
+        )));
+    }
+    let rest = len - out.len();
+    if source.read_into(rest, out)? < rest {
+        return Err(RecordError::Truncated);
+    }
+    Ok(true)
+}
+
+/// Parses a whole block and updates the section state: returns its packet,
+/// if it carries one.
+fn apply_block(
+    state: &mut State,
+    block_type: u32,
+    block: &[u8],
+) -> Result<Option<pcapng::NgPacket>, RecordError> {
+    let State::PcapNg {
+        big_endian,
+        interfaces,
+    } = state
+    else {
+        unreachable!("a pcapng block in a pcap file");
+    };
+    let order = if block_type == SECTION_HEADER {
+        // Parsed in the byte order it declares, whatever the last section's.
+        block_type_order(block)
+    } else {
+        *big_endian
+    };
+    match pcapng::parse_block(block_type, block, order)? {
+        NgBlock::Section { big_endian: b } => {
+            *big_endian = b;
+            interfaces.clear();
+            Ok(None)
+        }
+        NgBlock::Interface(i) => {
+            interfaces.push(i);
+            Ok(None)
+        }
+        NgBlock::Packet(p) => Ok(Some(p)),
+        NgBlock::Skipped => Ok(None),
+    }
+}
+
+/// The byte order a section header block declares.
+fn block_type_order(block: &[u8]) -> bool {
+    pcapng::word(block, 8, false) != Some(BYTE_ORDER_MAGIC)
 }
 
 impl Iterator for CaptureReader {
@@ -362,18 +489,6 @@ impl Iterator for CaptureReader {
 }
 
 impl std::iter::FusedIterator for CaptureReader {}
-
-/// An error while reading one record, before the path and position are added.
-pub(crate) enum RecordError {
-    Pcap(PcapError),
-    Malformed(String),
-}
-
-impl From<PcapError> for RecordError {
-    fn from(e: PcapError) -> Self {
-        RecordError::Pcap(e)
-    }
-}
 
 #[cfg(test)]
 mod tests {
@@ -438,8 +553,8 @@ mod tests {
 
     #[test]
     fn reads_pcap_cut_by_snaplen() {
-        // tcpdump -s 64: every record's original length exceeds the snapshot length, which
-        // pcap-file's checked reader rejects.
+        // tcpdump -s 64: every record's original length exceeds the snapshot length (which
+        // pcap-file 2's checked reader, the reader's former base, rejected).
         let data = [0x11; 64];
         let bytes = pcap_file(
             false,
@@ -501,12 +616,88 @@ mod tests {
     }
 
     #[test]
-    fn pcapng_interface_with_tzone_is_an_error_not_a_panic() {
-        // A limit of pcap-file 2 (see the module documentation): if_tzone is rejected.
-        let mut ng = Ng::new(false);
-        ng.idb(1, 0, &[(10, &[0, 0, 0, 0])]).epb(0, 0, b"x");
-        let err = read_all(&ng.bytes()).1.unwrap();
-        assert!(matches!(err, CaptureError::Malformed { .. }), "{err:?}");
+    fn pcapng_interface_options_that_pcap_file_refused_are_read() {
+        // pcap-file 2, the reader's former base, failed the file over an if_tzone
+        // option or an interface name that is not UTF-8; neither matters here.
+        for option in [(10u16, &[0u8, 0, 0, 0][..]), (2, &[0xff, 0xfe, b'0'][..])] {
+            let mut ng = Ng::new(false);
+            ng.idb(1, 0, &[option]).epb(0, 7_000_001, b"x");
+            assert_eq!(
+                read_ok(&ng.bytes()),
+                [frame(1, LinkType::Ethernet, Duration::new(7, 1_000), b"x")],
+                "option {}",
+                option.0
+            );
+        }
+    }
+
+    #[test]
+    fn pcapng_block_lengths_that_cannot_be_are_malformed() {
+        // Shorter than a block's 12 framing bytes, not a multiple of 4, and past the limit.
+        for len in [8u32, 30, (MAX_RECORD + 4) as u32] {
+            let mut bytes = Ng::new(false).bytes();
+            bytes.extend_from_slice(&6u32.to_le_bytes());
+            bytes.extend_from_slice(&len.to_le_bytes());
+            bytes.extend_from_slice(&[0; 32]);
+            let err = read_all(&bytes).1.unwrap();
+            assert!(
+                matches!(err, CaptureError::Malformed { after_frame: 0, .. }),
+                "{len}: {err:?}"
+            );
+            assert!(err.to_string().contains("block length"), "{err}");
+        }
+    }
+
+    /// A reader that hands out one byte per call, as a pipe may.
+    struct Trickle(Cursor<Vec<u8>>);
+
+    impl Read for Trickle {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = buf.len().min(1);
+            self.0.read(&mut buf[..n])
+        }
+    }
+
+    #[test]
+    fn short_reads_are_no_truncation() {
+        for (bytes, expected) in [sample_pcap(), sample_pcapng(true)] {
+            let reader = CaptureReader::from_reader(Trickle(Cursor::new(bytes)), "pipe").unwrap();
+            let frames: Vec<Frame> = reader.collect::<Result<_, _>>().unwrap();
+            assert_eq!(frames, expected);
+        }
+    }
+
+    /// A reader that fails after `ok` bytes.
+    struct Failing {
+        data: Cursor<Vec<u8>>,
+        ok: u64,
+    }
+
+    impl Read for Failing {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            if self.data.position() >= self.ok {
+                return Err(io::Error::other("disk on fire"));
+            }
+            let n = buf.len().min((self.ok - self.data.position()) as usize);
+            self.data.read(&mut buf[..n])
+        }
+    }
+
+    #[test]
+    fn read_errors_keep_the_os_error() {
+        let (bytes, _) = sample_pcapng(false);
+        let mut reader = CaptureReader::from_reader(
+            Failing {
+                data: Cursor::new(bytes),
+                ok: 60,
+            },
+            "disk",
+        )
+        .unwrap();
+        let err = reader.find_map(Result::err).unwrap();
+        assert!(matches!(err, CaptureError::Io { .. }), "{err:?}");
+        let source = std::error::Error::source(&err).unwrap();
+        assert!(source.to_string().contains("disk on fire"), "{source}");
     }
 
     #[test]

@@ -1,7 +1,5 @@
 //! Capture files built byte by byte for the tests, and helpers to read them.
 
-#![allow(dead_code)]
-
 use std::io::Cursor;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};

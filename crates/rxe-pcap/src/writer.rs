@@ -6,9 +6,6 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use pcap_file::pcap::PcapHeader;
-use pcap_file::{DataLink, Endianness, PcapError, TsResolution};
-
 use crate::error::CaptureError;
 use crate::LinkType;
 
@@ -18,9 +15,9 @@ pub const PCAP_SNAPLEN: u32 = 262_144;
 /// Writes frames to a classic pcap file (microsecond timestamps, native byte order,
 /// snapshot length [`PCAP_SNAPLEN`]).
 ///
-/// The file header is written by pcap-file; the 16-byte record headers are written here,
-/// because pcap-file's writer can neither flush nor lend its writer, and its record writer
-/// is generic over a byte-order type it does not re-export.
+/// The 24-byte file header and the 16-byte record headers are written here: pcap-parser's
+/// serializer allocates a vector for each, and the tap writes every packet a device sends
+/// or receives.
 ///
 /// [`create`](Self::create) buffers the file: call [`finish`](Self::finish) (or
 /// [`flush`](Self::flush)) to see write errors, which a drop would swallow.
@@ -85,27 +82,21 @@ impl<W: Write> PcapWriter<W> {
         name: impl AsRef<Path>,
     ) -> Result<Self, CaptureError> {
         let path = name.as_ref().to_path_buf();
-        let header = PcapHeader {
-            version_major: 2,
-            version_minor: 4,
-            ts_correction: 0,
-            ts_accuracy: 0,
-            snaplen: PCAP_SNAPLEN,
-            datalink: DataLink::from(link_type.number()),
-            ts_resolution: TsResolution::MicroSecond,
-            endianness: Endianness::native(),
-        };
-        header.write_to(&mut writer).map_err(|e| match e {
-            PcapError::IoError(source) => CaptureError::Io {
+        // The libpcap file header: magic (microseconds), version 2.4, no time zone
+        // correction, no accuracy, snapshot length, link type; in native byte order, which
+        // readers tell from the magic.
+        let mut header = [0u8; 24];
+        header[..4].copy_from_slice(&0xa1b2_c3d4u32.to_ne_bytes());
+        header[4..6].copy_from_slice(&2u16.to_ne_bytes());
+        header[6..8].copy_from_slice(&4u16.to_ne_bytes());
+        header[16..20].copy_from_slice(&PCAP_SNAPLEN.to_ne_bytes());
+        header[20..24].copy_from_slice(&link_type.number().to_ne_bytes());
+        writer
+            .write_all(&header)
+            .map_err(|source| CaptureError::Io {
                 path: path.clone(),
                 source,
-            },
-            e => CaptureError::CannotWrite {
-                path: path.clone(),
-                frame: 0,
-                reason: format!("file header: {e}"),
-            },
-        })?;
+            })?;
         Ok(PcapWriter {
             writer,
             path,
