@@ -324,7 +324,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use rxe_core::wire::build::{emit_roce_v2, RoceV2Ip};
-    use rxe_core::wire::{BthRepr, ExtReprs, Opcode, TransportRepr};
+    use rxe_core::wire::{ExtReprs, Opcode, TransportRepr};
     use std::net::{Ipv4Addr, Ipv6Addr};
 
     fn sa(ip: IpAddr, port: u16) -> SocketAddr {
@@ -335,49 +335,23 @@ mod tests {
         IpAddr::V4(Ipv4Addr::new(a, b, c, d))
     }
 
-    fn hex(s: &str) -> Vec<u8> {
-        let s: String = s.split_whitespace().collect();
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
-    }
-
     fn send_only(payload: &[u8]) -> Vec<u8> {
-        let bth = BthRepr {
-            opcode: Opcode::RC_SEND_ONLY,
-            solicited: false,
-            mig_req: false,
-            pad_count: 0,
-            pkey: 0xffff,
-            fecn: false,
-            becn: false,
-            dest_qp: 0x15,
-            ack_req: true,
-            psn: 77,
-        };
-        let t = TransportRepr::new(bth, ExtReprs::default(), payload.len());
-        let mut buf = vec![0; t.buffer_len().unwrap()];
-        t.emit(&mut buf, payload).unwrap();
-        buf
+        let ext = ExtReprs::default();
+        crate::test_packets::packet(Opcode::RC_SEND_ONLY, 0x15, 77, true, ext, payload)
     }
 
-    /// An independent RFC 1071 checksum, to check the headers against.
-    fn internet_checksum(parts: &[&[u8]]) -> u16 {
-        let mut sum: u64 = 0;
+    /// The one's complement sum of `parts` (etherparse's): a header or
+    /// datagram with a right checksum sums to 0xFFFF.
+    fn sum(parts: &[&[u8]]) -> u16 {
+        let mut s = etherparse::checksum::Sum16BitWords::new();
         for p in parts {
-            for w in p.chunks(2) {
-                sum += u64::from(u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)]));
-            }
+            s = s.add_slice(p);
         }
-        while sum > 0xffff {
-            sum = (sum & 0xffff) + (sum >> 16);
-        }
-        !(sum as u16)
+        !s.ones_complement()
     }
 
     fn ipv4_checksum_ok(h: &[u8]) -> bool {
-        internet_checksum(&[h]) == 0
+        sum(&[h]) == 0xffff
     }
 
     #[test]
@@ -416,14 +390,25 @@ mod tests {
         assert!(!o.ipv4_df_clear);
     }
 
-    /// Frame 5 of captures/rc_pingpong.pcap without Ethernet: an ACK that
-    /// kernel rxe sent with IPv4 ID 0x5e4d, from UDP port 0xc165.
-    const ACK: &str = "450000305e4d40004011c7a50a6300020a630003c16512b7001c0000\
-                       1100ffff000000110063c9c81f0000017b930808";
+    /// Frame 5 of the golden captures/rc_pingpong.pcap without Ethernet: an
+    /// ACK that kernel rxe sent with IPv4 ID 0x5e4d, from UDP port 0xc165.
+    fn kernel_ack() -> Vec<u8> {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../integration/testdata/captures/rc_pingpong.pcap"
+        );
+        let frame = rxe_pcap::CaptureReader::open(path.as_ref())
+            .unwrap()
+            .nth(4)
+            .unwrap()
+            .unwrap();
+        frame.data[14..].to_vec()
+    }
 
     #[test]
     fn kernel_rxe_packet_opens_and_its_header_is_rebuilt_exactly() {
-        let b = hex(ACK);
+        let b = kernel_ack();
+        assert_eq!(&b[4..6], &[0x5e, 0x4d], "the ACK of frame 5");
         let info = RecvInfo {
             src: sa(v4(10, 99, 0, 2), 0xc165),
             dst: sa(v4(10, 99, 0, 3), 4791),
@@ -531,7 +516,7 @@ mod tests {
         let mut h = WireHeaders::outgoing(sa(a, 1000), sa(b, 4791), payload.len(), 64, 0).unwrap();
         h.set_udp_checksum(&payload);
         let pseudo = [10, 0, 0, 1, 10, 0, 0, 2, 0, 17, 0, 13];
-        assert_eq!(internet_checksum(&[&pseudo, &h.udp, &payload]), 0);
+        assert_eq!(sum(&[&pseudo, &h.udp, &payload]), 0xffff);
         let a6: IpAddr = "fd00::1".parse().unwrap();
         let b6: IpAddr = "fd00::2".parse().unwrap();
         let mut h =
@@ -540,7 +525,7 @@ mod tests {
         let mut pseudo = Vec::new();
         pseudo.extend_from_slice(&h.ip[8..40]);
         pseudo.extend_from_slice(&[0, 0, 0, 13, 0, 0, 0, 17]);
-        assert_eq!(internet_checksum(&[&pseudo, &h.udp, &payload]), 0);
+        assert_eq!(sum(&[&pseudo, &h.udp, &payload]), 0xffff);
     }
 
     #[test]

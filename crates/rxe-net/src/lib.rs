@@ -16,6 +16,8 @@ pub mod netif;
 pub mod port;
 pub mod socket;
 pub mod tap;
+#[cfg(test)]
+mod test_packets;
 
 pub use clock::Clock;
 pub use counters::{NetCounter, NetCounters};

@@ -120,23 +120,11 @@ mod tests {
     use super::*;
     use crate::encap::{seal, WireHeaders};
     use rxe_core::wire::dissect::dissect;
-    use rxe_core::wire::{BthRepr, ExtReprs, Opcode, TransportRepr};
+    use rxe_core::wire::{ExtReprs, Opcode};
     use rxe_pcap::CaptureReader;
     use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 
     fn packet(len: usize) -> Vec<u8> {
-        let bth = BthRepr {
-            opcode: Opcode::UD_SEND_ONLY,
-            solicited: false,
-            mig_req: false,
-            pad_count: 0,
-            pkey: 0xffff,
-            fecn: false,
-            becn: false,
-            dest_qp: 0x11,
-            ack_req: false,
-            psn: 3,
-        };
         let ext = ExtReprs {
             deth: Some(rxe_core::wire::DethRepr {
                 qkey: 0x1111_1111,
@@ -144,11 +132,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        let payload = vec![0x5a; len];
-        let t = TransportRepr::new(bth, ext, len);
-        let mut buf = vec![0; t.buffer_len().unwrap()];
-        t.emit(&mut buf, &payload).unwrap();
-        buf
+        crate::test_packets::packet(Opcode::UD_SEND_ONLY, 0x11, 3, false, ext, &vec![0x5a; len])
     }
 
     #[test]
