@@ -1,4 +1,4 @@
-//! rxe-net's `CaptureReader` against the golden captures of kernel Soft-RoCE traffic and what
+//! rxe-pcap's `CaptureReader` against the golden captures of kernel Soft-RoCE traffic and what
 //! tshark 4.0 recorded about them (testdata/README.md; testdata/regen-tshark.sh remakes the
 //! tshark files). No tshark is needed to run these tests.
 
@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use rxe_net::capture::{CaptureFormat, CaptureReader, Frame, LinkType};
+use rxe_pcap::{CaptureFormat, CaptureReader, Frame, LinkType};
 
 fn testdata() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata")

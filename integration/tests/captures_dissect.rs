@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use rxe_core::wire::dissect::dissect;
 use rxe_core::wire::frame::LinkType;
-use rxe_net::capture::CaptureReader;
+use rxe_pcap::CaptureReader;
 
 fn testdata() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata")

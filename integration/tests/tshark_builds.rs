@@ -200,26 +200,14 @@ fn frame(c: &Case) -> Vec<u8> {
     buf
 }
 
-/// A classic pcap file: 24-byte global header (microsecond timestamps,
-/// version 2.4, LINKTYPE_ETHERNET), then a 16-byte header per record.
+/// A classic pcap file (Ethernet), one frame a second from 1,700,000,000 s.
 fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
-    let mut v = Vec::new();
-    v.extend(0xa1b2_c3d4u32.to_le_bytes());
-    v.extend(2u16.to_le_bytes());
-    v.extend(4u16.to_le_bytes());
-    v.extend(0i32.to_le_bytes()); // thiszone
-    v.extend(0u32.to_le_bytes()); // sigfigs
-    v.extend(65_535u32.to_le_bytes()); // snaplen
-    v.extend(1u32.to_le_bytes()); // LINKTYPE_ETHERNET
+    let mut w = rxe_pcap::PcapWriter::create(path).unwrap();
     for (i, f) in frames.iter().enumerate() {
-        let len = u32::try_from(f.len()).unwrap();
-        v.extend((1_700_000_000 + i as u32).to_le_bytes());
-        v.extend(0u32.to_le_bytes());
-        v.extend(len.to_le_bytes());
-        v.extend(len.to_le_bytes());
-        v.extend(f);
+        let at = std::time::Duration::from_secs(1_700_000_000 + i as u64);
+        w.write_frame(at, f).unwrap();
     }
-    std::fs::write(path, v).unwrap();
+    w.finish().unwrap();
 }
 
 /// Whether to run: true if tshark runs; false (after saying so) if it does

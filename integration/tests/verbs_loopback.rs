@@ -1052,3 +1052,30 @@ fn sq_drain_raises_sq_drained_then_resumes() {
     assert_eq!(a.wait(1)[0].wr_id, 2);
     ok(&b.wait(2));
 }
+
+#[test]
+fn inline_data_larger_than_the_cap_is_refused_at_post_time() {
+    let a = Node::new("127.0.143.1");
+    let b = Node::new("127.0.143.2");
+    let (qa, _qb) = pair(&a, &b, QpType::Rc);
+    let max = qa.query().unwrap().cap.max_inline_data;
+    let inline = |wr_id, len| SendWr {
+        data: SendData::Inline(vec![7; len]),
+        ..send_wr(wr_id, SendOp::Send, vec![])
+    };
+    let e = qa.post_send(inline(1, max as usize + 1)).unwrap_err();
+    assert!(
+        matches!(e, VerbsError::Post(PostError::InlineTooLarge { given, max: m })
+            if given == max as usize + 1 && m == max),
+        "{e}"
+    );
+    // In a list, the refused request is named and the ones before it posted.
+    let (i, e) = qa
+        .post_send_list(vec![inline(2, 8), inline(3, max as usize + 1)])
+        .unwrap_err();
+    assert_eq!(i, 1);
+    assert!(
+        matches!(e, VerbsError::Post(PostError::InlineTooLarge { .. })),
+        "{e}"
+    );
+}

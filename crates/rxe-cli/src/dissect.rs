@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use rxe_core::wire::dissect::{dissect, Dissection, LayerView};
-use rxe_net::capture::CaptureReader;
+use rxe_pcap::CaptureReader;
 use serde_json::{json, Map, Value};
 
 #[derive(clap::Args)]

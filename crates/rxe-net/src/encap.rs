@@ -22,8 +22,9 @@
 use std::net::{IpAddr, SocketAddr};
 
 use rxe_core::transport::RecvMeta;
-use rxe_core::wire::bth;
 use rxe_core::wire::icrc::{self, IcrcScope, ICRC_LEN};
+use rxe_core::wire::ip_udp::{self, RoceV2Ip};
+use rxe_core::wire::{bth, grh};
 
 use crate::counters::NetCounter;
 use crate::netif::gid_of;
@@ -92,28 +93,10 @@ impl Default for HeaderFields {
 /// (UDP checksum 0 unless `set_udp_checksum` is called).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WireHeaders {
-    ip: [u8; 40],
+    /// Room for an IPv6 header: 40 bytes, as the GRH it stands in for.
+    ip: [u8; grh::HEADER_LEN],
     ip_len: usize,
     udp: [u8; 8],
-}
-
-/// The Internet checksum (RFC 1071) of `parts`, as if concatenated; each
-/// part but the last must have even length.
-fn internet_checksum(parts: &[&[u8]]) -> u16 {
-    let mut sum: u64 = 0;
-    for p in parts {
-        let mut chunks = p.chunks_exact(2);
-        for w in &mut chunks {
-            sum += u64::from(u16::from_be_bytes([w[0], w[1]]));
-        }
-        if let [last] = chunks.remainder() {
-            sum += u64::from(*last) << 8;
-        }
-    }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
 }
 
 impl WireHeaders {
@@ -126,43 +109,37 @@ impl WireHeaders {
         f: &HeaderFields,
     ) -> Result<WireHeaders, EncapError> {
         let too_long = EncapError::TooLong { len: payload_len };
-        let udp_len =
-            u16::try_from(payload_len.checked_add(8).ok_or(too_long)?).map_err(|_| too_long)?;
-        let mut ip = [0u8; 40];
-        let ip_len = match (src.ip(), dst.ip()) {
-            (IpAddr::V4(s), IpAddr::V4(d)) => {
-                let total = u16::try_from(usize::from(udp_len) + 20).map_err(|_| too_long)?;
-                ip[0] = 0x45;
-                ip[1] = f.traffic_class;
-                ip[2..4].copy_from_slice(&total.to_be_bytes());
-                ip[4..6].copy_from_slice(&f.ipv4_id.to_be_bytes());
-                ip[6] = if f.dont_fragment { 0x40 } else { 0 };
-                ip[8] = f.hop_limit;
-                ip[9] = 17; // UDP
-                ip[12..16].copy_from_slice(&s.octets());
-                ip[16..20].copy_from_slice(&d.octets());
-                let c = internet_checksum(&[&ip[..20]]);
-                ip[10..12].copy_from_slice(&c.to_be_bytes());
-                20
-            }
-            (IpAddr::V6(s), IpAddr::V6(d)) => {
-                let first =
-                    (6u32 << 28) | (u32::from(f.traffic_class) << 20) | (f.flow_label & 0xf_ffff);
-                ip[..4].copy_from_slice(&first.to_be_bytes());
-                ip[4..6].copy_from_slice(&udp_len.to_be_bytes());
-                ip[6] = 17; // UDP
-                ip[7] = f.hop_limit;
-                ip[8..24].copy_from_slice(&s.octets());
-                ip[24..40].copy_from_slice(&d.octets());
-                40
-            }
-            (s, d) => return Err(EncapError::FamilyMismatch { src: s, dst: d }),
+        let ip = RoceV2Ip {
+            dst_port: dst.port(),
+            traffic_class: f.traffic_class,
+            hop_limit: f.hop_limit,
+            flow_label: f.flow_label,
+            ipv4_id: f.ipv4_id,
+            dont_fragment: f.dont_fragment,
+            ..RoceV2Ip::new(src.ip(), dst.ip(), src.port())
         };
-        let mut udp = [0u8; 8];
-        udp[..2].copy_from_slice(&src.port().to_be_bytes());
-        udp[2..4].copy_from_slice(&dst.port().to_be_bytes());
-        udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
-        Ok(WireHeaders { ip, ip_len, udp })
+        let mut bytes = [0u8; ip_udp::MAX_HEADER_LEN];
+        if ip.emit(payload_len, &mut bytes).is_err() {
+            // Too long for UDP is reported first, then a family mismatch.
+            let fits_udp = payload_len
+                .checked_add(8)
+                .is_some_and(|n| u16::try_from(n).is_ok());
+            return Err(match (src.ip(), dst.ip()) {
+                (s, d) if fits_udp && s.is_ipv4() != d.is_ipv4() => {
+                    EncapError::FamilyMismatch { src: s, dst: d }
+                }
+                _ => too_long,
+            });
+        }
+        let ip_len = ip.ip_len();
+        let mut headers = WireHeaders {
+            ip: [0; grh::HEADER_LEN],
+            ip_len,
+            udp: [0; 8],
+        };
+        headers.ip[..ip_len].copy_from_slice(&bytes[..ip_len]);
+        headers.udp.copy_from_slice(&bytes[ip_len..ip_len + 8]);
+        Ok(headers)
     }
 
     /// The headers the kernel will write for a datagram sent from an
@@ -185,6 +162,23 @@ impl WireHeaders {
     /// The IPv4 (20 bytes) or IPv6 (40 bytes) header.
     pub fn ip_header(&self) -> &[u8] {
         &self.ip[..self.ip_len]
+    }
+
+    /// The source and destination addresses written in the IP header.
+    pub fn addresses(&self) -> (IpAddr, IpAddr) {
+        if self.is_ipv4() {
+            let at = |i: usize| {
+                IpAddr::from([self.ip[i], self.ip[i + 1], self.ip[i + 2], self.ip[i + 3]])
+            };
+            (at(12), at(16))
+        } else {
+            let at = |i: usize| {
+                let mut a = [0u8; 16];
+                a.copy_from_slice(&self.ip[i..i + 16]);
+                IpAddr::from(a)
+            };
+            (at(8), at(24))
+        }
     }
 
     pub fn udp_header(&self) -> &[u8; 8] {
@@ -215,8 +209,8 @@ impl WireHeaders {
     /// The 40 bytes a UD receive buffer starts with: for IPv4 20 zero
     /// bytes then the IPv4 header, for IPv6 the IPv6 header (RoCEv2 Annex
     /// A17.4.5.1, unchecked section number).
-    pub fn grh_space(&self) -> [u8; 40] {
-        let mut g = [0u8; 40];
+    pub fn grh_space(&self) -> [u8; grh::HEADER_LEN] {
+        let mut g = [0u8; grh::HEADER_LEN];
         if self.is_ipv4() {
             g[20..].copy_from_slice(&self.ip[..20]);
         } else {
@@ -229,19 +223,8 @@ impl WireHeaders {
     /// where the kernel computes one). An all-zero result is sent as 0xFFFF
     /// (RFC 768).
     pub fn set_udp_checksum(&mut self, payload: &[u8]) {
-        self.udp[6] = 0;
-        self.udp[7] = 0;
-        let len = [self.udp[4], self.udp[5]];
-        let c = if self.is_ipv4() {
-            // Pseudo-header: addresses, zero, protocol, UDP length (RFC 768).
-            internet_checksum(&[&self.ip[12..20], &[0, 17], &len, &self.udp, payload])
-        } else {
-            // Pseudo-header: addresses, 32-bit length, three zero bytes,
-            // next header (RFC 8200 section 8.1).
-            let tail = [0, 0, len[0], len[1], 0, 0, 0, 17];
-            internet_checksum(&[&self.ip[8..40], &tail, &self.udp, payload])
-        };
-        let c = if c == 0 { 0xffff } else { c };
+        // None only for a payload longer than UDP allows: then no checksum (0).
+        let c = ip_udp::udp_checksum(self.ip_header(), &self.udp, payload).unwrap_or(0);
         self.udp[6..8].copy_from_slice(&c.to_be_bytes());
     }
 }
@@ -341,7 +324,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use rxe_core::wire::build::{emit_roce_v2, RoceV2Ip};
-    use rxe_core::wire::{BthRepr, ExtReprs, Opcode, TransportRepr};
+    use rxe_core::wire::{ExtReprs, Opcode, TransportRepr};
     use std::net::{Ipv4Addr, Ipv6Addr};
 
     fn sa(ip: IpAddr, port: u16) -> SocketAddr {
@@ -352,35 +335,23 @@ mod tests {
         IpAddr::V4(Ipv4Addr::new(a, b, c, d))
     }
 
-    fn hex(s: &str) -> Vec<u8> {
-        let s: String = s.split_whitespace().collect();
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
+    fn send_only(payload: &[u8]) -> Vec<u8> {
+        let ext = ExtReprs::default();
+        crate::test_packets::packet(Opcode::RC_SEND_ONLY, 0x15, 77, true, ext, payload)
     }
 
-    fn send_only(payload: &[u8]) -> Vec<u8> {
-        let bth = BthRepr {
-            opcode: Opcode::RC_SEND_ONLY,
-            solicited: false,
-            mig_req: false,
-            pad_count: 0,
-            pkey: 0xffff,
-            fecn: false,
-            becn: false,
-            dest_qp: 0x15,
-            ack_req: true,
-            psn: 77,
-        };
-        let t = TransportRepr::new(bth, ExtReprs::default(), payload.len());
-        let mut buf = vec![0; t.buffer_len().unwrap()];
-        t.emit(&mut buf, payload).unwrap();
-        buf
+    /// The one's complement sum of `parts` (etherparse's): a header or
+    /// datagram with a right checksum sums to 0xFFFF.
+    fn sum(parts: &[&[u8]]) -> u16 {
+        let mut s = etherparse::checksum::Sum16BitWords::new();
+        for p in parts {
+            s = s.add_slice(p);
+        }
+        !s.ones_complement()
     }
 
     fn ipv4_checksum_ok(h: &[u8]) -> bool {
-        internet_checksum(&[h]) == 0
+        sum(&[h]) == 0xffff
     }
 
     #[test]
@@ -419,14 +390,25 @@ mod tests {
         assert!(!o.ipv4_df_clear);
     }
 
-    /// Frame 5 of captures/rc_pingpong.pcap without Ethernet: an ACK that
-    /// kernel rxe sent with IPv4 ID 0x5e4d, from UDP port 0xc165.
-    const ACK: &str = "450000305e4d40004011c7a50a6300020a630003c16512b7001c0000\
-                       1100ffff000000110063c9c81f0000017b930808";
+    /// Frame 5 of the golden captures/rc_pingpong.pcap without Ethernet: an
+    /// ACK that kernel rxe sent with IPv4 ID 0x5e4d, from UDP port 0xc165.
+    fn kernel_ack() -> Vec<u8> {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../integration/testdata/captures/rc_pingpong.pcap"
+        );
+        let frame = rxe_pcap::CaptureReader::open(path.as_ref())
+            .unwrap()
+            .nth(4)
+            .unwrap()
+            .unwrap();
+        frame.data[14..].to_vec()
+    }
 
     #[test]
     fn kernel_rxe_packet_opens_and_its_header_is_rebuilt_exactly() {
-        let b = hex(ACK);
+        let b = kernel_ack();
+        assert_eq!(&b[4..6], &[0x5e, 0x4d], "the ACK of frame 5");
         let info = RecvInfo {
             src: sa(v4(10, 99, 0, 2), 0xc165),
             dst: sa(v4(10, 99, 0, 3), 4791),
@@ -534,7 +516,7 @@ mod tests {
         let mut h = WireHeaders::outgoing(sa(a, 1000), sa(b, 4791), payload.len(), 64, 0).unwrap();
         h.set_udp_checksum(&payload);
         let pseudo = [10, 0, 0, 1, 10, 0, 0, 2, 0, 17, 0, 13];
-        assert_eq!(internet_checksum(&[&pseudo, &h.udp, &payload]), 0);
+        assert_eq!(sum(&[&pseudo, &h.udp, &payload]), 0xffff);
         let a6: IpAddr = "fd00::1".parse().unwrap();
         let b6: IpAddr = "fd00::2".parse().unwrap();
         let mut h =
@@ -543,7 +525,7 @@ mod tests {
         let mut pseudo = Vec::new();
         pseudo.extend_from_slice(&h.ip[8..40]);
         pseudo.extend_from_slice(&[0, 0, 0, 13, 0, 0, 0, 17]);
-        assert_eq!(internet_checksum(&[&pseudo, &h.udp, &payload]), 0);
+        assert_eq!(sum(&[&pseudo, &h.udp, &payload]), 0xffff);
     }
 
     #[test]

@@ -2,12 +2,11 @@
 //! calls, the encapsulation that fills and checks the ICRC against the IP
 //! and UDP headers the kernel writes and reads, interface and GID
 //! discovery, packet counters, a pcap tap, and the driver loop that feeds
-//! packets and time into an engine and sends what it emits. Also reading
-//! and writing captures.
+//! packets and time into an engine and sends what it emits. Capture files
+//! are rxe-pcap's.
 
 #![deny(unsafe_code)]
 
-pub mod capture;
 pub mod clock;
 pub mod counters;
 pub mod driver;
@@ -17,6 +16,8 @@ pub mod netif;
 pub mod port;
 pub mod socket;
 pub mod tap;
+#[cfg(test)]
+mod test_packets;
 
 pub use clock::Clock;
 pub use counters::{NetCounter, NetCounters};
@@ -25,3 +26,8 @@ pub use engine::{EndpointEngine, Engine};
 pub use port::NetPort;
 pub use socket::{RoceSocket, RxBatch, RxMeta, TxBatch};
 pub use tap::PcapTap;
+
+/// The old path of the capture reader and writer, now the `rxe-pcap` crate;
+/// kept only for rxe-cli's `demo.rs` until it imports `rxe_pcap` itself.
+#[doc(hidden)]
+pub use rxe_pcap as capture;

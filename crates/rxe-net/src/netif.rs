@@ -10,6 +10,7 @@ use std::net::{IpAddr, Ipv6Addr};
 use nix::ifaddrs::getifaddrs;
 use nix::net::if_::{if_nametoindex, InterfaceFlags};
 use rxe_core::transport::PathMtu;
+use rxe_core::wire::{atomic_eth, bth, icrc, ip_udp};
 
 /// One network interface.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -173,7 +174,8 @@ pub fn ip_of_gid(gid: [u8; 16]) -> IpAddr {
 /// Headers a RoCEv2 packet carries beyond its payload, at most: IPv6 (40;
 /// IPv4 is 20), UDP (8), BTH (12), the largest set of extended headers
 /// (28: RETH 16 + ImmDt 4 ... or AtomicETH 28), ICRC (4).
-pub const ROCE_V2_MAX_OVERHEAD: u32 = 40 + 8 + 12 + 28 + 4;
+pub const ROCE_V2_MAX_OVERHEAD: u32 =
+    (ip_udp::MAX_HEADER_LEN + bth::HEADER_LEN + atomic_eth::HEADER_LEN + icrc::ICRC_LEN) as u32;
 
 /// The largest IB path MTU (256 .. 4096) whose packets fit a netdev MTU of
 /// `mtu` with every header (`ROCE_V2_MAX_OVERHEAD`, counted for IPv6 so

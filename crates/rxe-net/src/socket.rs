@@ -569,10 +569,24 @@ impl RxBatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rxe_core::wire::ip_udp;
     use std::net::Ipv4Addr;
 
     fn lo(last: u8) -> IpAddr {
         IpAddr::V4(Ipv4Addr::new(127, 0, 3, last))
+    }
+
+    /// Polls `sock` for up to `ms` milliseconds until a batch arrives;
+    /// returns its size (0 if none came).
+    fn recv_within(sock: &RoceSocket, rx: &mut RxBatch, ms: u32) -> usize {
+        for _ in 0..ms {
+            let n = sock.recv_batch(rx).unwrap();
+            if n > 0 {
+                return n;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        0
     }
 
     #[test]
@@ -643,14 +657,7 @@ mod tests {
         let b = RoceSocket::bind(lo(5), ROCE_V2_PORT).unwrap();
         a.send_to(&[7u8; 300], b.local_addr()).unwrap();
         let mut rx = RxBatch::new(4, 64);
-        let mut n = 0;
-        for _ in 0..100 {
-            n = b.recv_batch(&mut rx).unwrap();
-            if n > 0 {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
+        let n = recv_within(&b, &mut rx, 100);
         assert_eq!(n, 1);
         let (m, bytes) = rx.get(0).unwrap();
         assert!(m.truncated);
@@ -670,14 +677,7 @@ mod tests {
         assert!(tx.commit(4, b.local_addr()));
         assert_eq!(a.send_batch(&tx, tx.pending(), 7, 0x10).unwrap(), 1);
         let mut rx = RxBatch::new(2, 64);
-        let mut n = 0;
-        for _ in 0..100 {
-            n = b.recv_batch(&mut rx).unwrap();
-            if n > 0 {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
+        let n = recv_within(&b, &mut rx, 100);
         assert_eq!(n, 1);
         let (m, bytes) = rx.get(0).unwrap();
         assert_eq!(bytes, b"rxe6");
@@ -700,23 +700,20 @@ mod tests {
             return;
         };
         let port = b.local_addr().port();
+        // The UDP header of rxe-core's builder: checksum 0, as kernel rxe sends.
+        let mut headers = [0u8; ip_udp::MAX_HEADER_LEN];
+        let udp = ip_udp::RoceV2Ip {
+            dst_port: port,
+            ..ip_udp::RoceV2Ip::new(ip, ip, ROCE_V2_PORT)
+        };
+        udp.emit(4, &mut headers).unwrap();
         let mut d = [0u8; 8 + 4];
-        d[..2].copy_from_slice(&4791u16.to_be_bytes());
-        d[2..4].copy_from_slice(&port.to_be_bytes());
-        d[4..6].copy_from_slice(&12u16.to_be_bytes());
-        // d[6..8]: checksum 0
+        d[..8].copy_from_slice(&headers[40..]);
         d[8..].copy_from_slice(b"zero");
         raw.send_to(&d, &SockAddr::from(SocketAddr::new(ip, 0)))
             .unwrap();
         let mut rx = RxBatch::new(2, 64);
-        let mut n = 0;
-        for _ in 0..200 {
-            n = b.recv_batch(&mut rx).unwrap();
-            if n > 0 {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
+        let n = recv_within(&b, &mut rx, 200);
         assert_eq!(n, 1, "the checksum-0 datagram was dropped");
         assert_eq!(rx.get(0).unwrap().1, b"zero");
     }

@@ -9,12 +9,10 @@ use std::net::IpAddr;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use rxe_core::wire::frame::{ETHERTYPE_IPV4, ETHERTYPE_IPV6};
+use rxe_core::wire::build::{ethernet_header, roce_v2_ethertype, EthernetAddrs, ETHERNET_LEN};
+use rxe_pcap::{CaptureError, PcapWriter};
 
-use crate::capture::{CaptureError, PcapWriter};
 use crate::encap::WireHeaders;
-
-const ETHERNET_LEN: usize = 14;
 
 /// A locally administered unicast MAC for `ip`: 02:00:00 and the last three
 /// bytes of the address.
@@ -30,19 +28,6 @@ pub fn mac_of(ip: IpAddr) -> [u8; 6] {
         }
     };
     [0x02, 0, 0, tail[0], tail[1], tail[2]]
-}
-
-fn ip_addrs(h: &WireHeaders) -> (IpAddr, IpAddr) {
-    let ip = h.ip_header();
-    if h.is_ipv4() {
-        let s: [u8; 4] = ip[12..16].try_into().unwrap_or_default();
-        let d: [u8; 4] = ip[16..20].try_into().unwrap_or_default();
-        (IpAddr::from(s), IpAddr::from(d))
-    } else {
-        let s: [u8; 16] = ip[8..24].try_into().unwrap_or_default();
-        let d: [u8; 16] = ip[24..40].try_into().unwrap_or_default();
-        (IpAddr::from(s), IpAddr::from(d))
-    }
 }
 
 /// Writes frames to a pcap file (Ethernet link type).
@@ -101,16 +86,14 @@ impl PcapTap {
         if !h.is_ipv4() {
             h.set_udp_checksum(packet);
         }
-        let (src, dst) = ip_addrs(&h);
-        let ethertype = if h.is_ipv4() {
-            ETHERTYPE_IPV4
-        } else {
-            ETHERTYPE_IPV6
+        let (src, dst) = h.addresses();
+        let eth = EthernetAddrs {
+            src: mac_of(src),
+            dst: mac_of(dst),
         };
         self.frame.clear();
-        self.frame.extend_from_slice(&mac_of(dst));
-        self.frame.extend_from_slice(&mac_of(src));
-        self.frame.extend_from_slice(&ethertype.to_be_bytes());
+        self.frame
+            .extend_from_slice(&ethernet_header(&eth, roce_v2_ethertype(src)));
         self.frame.extend_from_slice(h.ip_header());
         self.frame.extend_from_slice(h.udp_header());
         self.frame.extend_from_slice(packet);
@@ -135,25 +118,13 @@ impl PcapTap {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capture::CaptureReader;
     use crate::encap::{seal, WireHeaders};
     use rxe_core::wire::dissect::dissect;
-    use rxe_core::wire::{BthRepr, ExtReprs, Opcode, TransportRepr};
+    use rxe_core::wire::{ExtReprs, Opcode};
+    use rxe_pcap::CaptureReader;
     use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 
     fn packet(len: usize) -> Vec<u8> {
-        let bth = BthRepr {
-            opcode: Opcode::UD_SEND_ONLY,
-            solicited: false,
-            mig_req: false,
-            pad_count: 0,
-            pkey: 0xffff,
-            fecn: false,
-            becn: false,
-            dest_qp: 0x11,
-            ack_req: false,
-            psn: 3,
-        };
         let ext = ExtReprs {
             deth: Some(rxe_core::wire::DethRepr {
                 qkey: 0x1111_1111,
@@ -161,11 +132,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        let payload = vec![0x5a; len];
-        let t = TransportRepr::new(bth, ext, len);
-        let mut buf = vec![0; t.buffer_len().unwrap()];
-        t.emit(&mut buf, &payload).unwrap();
-        buf
+        crate::test_packets::packet(Opcode::UD_SEND_ONLY, 0x11, 3, false, ext, &vec![0x5a; len])
     }
 
     #[test]

@@ -14,9 +14,9 @@ use rxe_core::transport::{
     WorkQueue,
 };
 use rxe_core::wire::dissect::dissect;
-use rxe_net::capture::CaptureReader;
 use rxe_net::netif::{gid_of, interface_for_addr, mtu_to_ib};
 use rxe_net::{Clock, Driver, DriverWaker, EndpointEngine, NetCounter, NetPort, PcapTap};
+use rxe_pcap::CaptureReader;
 
 struct Dev {
     ip: IpAddr,

@@ -107,7 +107,7 @@ pub fn ah_attr_from_wc(
     wc: &WorkCompletion,
     grh: &[u8],
 ) -> Result<AhAttr> {
-    if !wc.grh || grh.len() < 40 {
+    if !wc.grh || grh.len() < rxe_core::wire::grh::HEADER_LEN {
         return Err(VerbsError::InvalidArgument(
             "the completion has no GRH to answer".into(),
         ));

@@ -47,8 +47,10 @@ pub enum VerbsError {
     PortBusy { addr: std::net::IpAddr, port: u16 },
     #[error("network I/O: {0}")]
     Io(#[from] std::io::Error),
+    /// Opening or writing a packet capture (`Device::set_capture`) failed.
+    /// Boxed, so that this API names no capture crate's type.
     #[error("capture: {0}")]
-    Capture(#[from] rxe_net::capture::CaptureError),
+    Capture(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
     #[error("this {0} has been destroyed")]
     Destroyed(ObjectKind),
     #[error("the {kind} is still in use by {users} other object(s) ({what})")]
@@ -95,5 +97,11 @@ impl From<EndpointError> for VerbsError {
             EndpointError::Modify(m) => VerbsError::Modify(m),
             other => VerbsError::Endpoint(other),
         }
+    }
+}
+
+impl From<rxe_pcap::CaptureError> for VerbsError {
+    fn from(e: rxe_pcap::CaptureError) -> Self {
+        VerbsError::Capture(Box::new(e))
     }
 }

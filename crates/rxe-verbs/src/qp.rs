@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use rxe_core::transport::{AttrMask, QpAttr, QpInit, QpState, QpType, RecvWr, SendData, SendWr};
+use rxe_core::transport::{AttrMask, QpAttr, QpInit, QpState, QpType, RecvWr, SendWr};
 
 use crate::cq::{Cq, CqShared};
 use crate::engine::QpRoute;
@@ -220,19 +220,11 @@ impl Qp {
     }
 
     /// `ibv_post_send` of one work request. Inline data must fit
-    /// `max_inline_data`; SGEs are checked against the MR table when the
-    /// request is executed (a bad L_Key completes with LOC_PROT_ERR).
+    /// `max_inline_data` (checked by the engine's requester, which was
+    /// created with this QP's caps); SGEs are checked against the MR table
+    /// when the request is executed (a bad L_Key completes with LOC_PROT_ERR).
     pub fn post_send(&self, wr: SendWr) -> Result<()> {
         self.check_live()?;
-        if let SendData::Inline(d) = &wr.data {
-            if d.len() > self.shared.cap.max_inline_data as usize {
-                return Err(rxe_core::transport::PostError::InlineTooLarge {
-                    given: d.len(),
-                    max: self.shared.cap.max_inline_data,
-                }
-                .into());
-            }
-        }
         let mut e = self.pd.dev.lock();
         e.ep.post_send(self.shared.qpn, wr)?;
         self.pd.dev.kick(e);
@@ -245,19 +237,6 @@ impl Qp {
         self.check_live().map_err(|e| (0, e))?;
         let mut e = self.pd.dev.lock();
         for (i, wr) in wrs.into_iter().enumerate() {
-            if let SendData::Inline(d) = &wr.data {
-                if d.len() > self.shared.cap.max_inline_data as usize {
-                    self.pd.dev.kick(e);
-                    return Err((
-                        i,
-                        rxe_core::transport::PostError::InlineTooLarge {
-                            given: d.len(),
-                            max: self.shared.cap.max_inline_data,
-                        }
-                        .into(),
-                    ));
-                }
-            }
             if let Err(err) = e.ep.post_send(self.shared.qpn, wr) {
                 self.pd.dev.kick(e);
                 return Err((i, err.into()));

@@ -7,59 +7,18 @@
 
 use core::net::IpAddr;
 
-use etherparse::{IpNumber, Ipv4Header, Ipv6FlowLabel, Ipv6Header, UdpHeader};
+use etherparse::UdpHeader;
 
 use super::error::{Error, ErrorKind, Layer, Result};
-use super::frame::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_ROCE_V1, ROCE_V2_PORT};
+use super::frame::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_ROCE_V1};
 use super::grh::{self, Grh, GrhRepr};
 use super::icrc::{self, IcrcScope};
+use super::ip_udp::udp_checksum;
+/// The IP and UDP fields of a RoCEv2 packet, defined with their builder.
+pub use super::ip_udp::RoceV2Ip;
 use super::lrh::{self, Lnh, Lrh, LrhRepr};
 use super::packet::TransportRepr;
 use super::vcrc;
-
-/// The IP and UDP fields of a RoCEv2 packet that the transport does not set.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RoceV2Ip {
-    pub src: IpAddr,
-    pub dst: IpAddr,
-    /// UDP source port: an entropy field for ECMP (kernel rxe: 0xC000 plus a
-    /// hash of the QPN); receivers accept any.
-    pub src_port: u16,
-    /// IPv4 TOS or IPv6 traffic class (DSCP and ECN).
-    pub traffic_class: u8,
-    /// IPv4 TTL or IPv6 hop limit.
-    pub hop_limit: u8,
-    /// IPv6 flow label (20 bits); ignored for IPv4.
-    pub flow_label: u32,
-    /// Compute the UDP checksum over IPv6. RoCEv2 senders such as kernel rxe
-    /// send 0, which RFC 6936 allows only for tunnels and some stacks drop;
-    /// the ICRC masks the field, so either choice interoperates.
-    pub ipv6_udp_checksum: bool,
-}
-
-impl RoceV2Ip {
-    /// Defaults as an unconnected Linux UDP socket sends them: TTL 64, no
-    /// DSCP, and (for IPv4) ID 0 with DF set.
-    pub fn new(src: IpAddr, dst: IpAddr, src_port: u16) -> Self {
-        RoceV2Ip {
-            src,
-            dst,
-            src_port,
-            traffic_class: 0,
-            hop_limit: 64,
-            flow_label: 0,
-            ipv6_udp_checksum: false,
-        }
-    }
-
-    /// Bytes of IP and UDP header in front of the BTH.
-    pub fn header_len(&self) -> usize {
-        match self.src {
-            IpAddr::V4(_) => Ipv4Header::MIN_LEN + UdpHeader::LEN,
-            IpAddr::V6(_) => Ipv6Header::LEN + UdpHeader::LEN,
-        }
-    }
-}
 
 /// An Ethernet II header (no VLAN).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,14 +33,31 @@ fn too_small(layer: Layer, needed: usize, have: usize) -> Error {
     Error::truncated(layer, needed, have)
 }
 
+/// The Ethernet II header: destination MAC, source MAC, Ethertype.
+pub fn ethernet_header(eth: &EthernetAddrs, ethertype: u16) -> [u8; ETHERNET_LEN] {
+    let mut h = [0u8; ETHERNET_LEN];
+    h[..6].copy_from_slice(&eth.dst);
+    h[6..12].copy_from_slice(&eth.src);
+    h[12..14].copy_from_slice(&ethertype.to_be_bytes());
+    h
+}
+
+/// The Ethertype in front of a RoCEv2 packet over IPv4 or IPv6.
+pub fn roce_v2_ethertype(ip: IpAddr) -> u16 {
+    if ip.is_ipv4() {
+        ETHERTYPE_IPV4
+    } else {
+        ETHERTYPE_IPV6
+    }
+}
+
 /// Writes an Ethernet header; returns its length.
 pub fn emit_ethernet(eth: &EthernetAddrs, ethertype: u16, buf: &mut [u8]) -> Result<usize> {
-    if buf.len() < ETHERNET_LEN {
-        return Err(too_small(Layer::Ethernet, ETHERNET_LEN, buf.len()));
-    }
-    buf[..6].copy_from_slice(&eth.dst);
-    buf[6..12].copy_from_slice(&eth.src);
-    buf[12..14].copy_from_slice(&ethertype.to_be_bytes());
+    let have = buf.len();
+    let dst = buf
+        .get_mut(..ETHERNET_LEN)
+        .ok_or(too_small(Layer::Ethernet, ETHERNET_LEN, have))?;
+    dst.copy_from_slice(&ethernet_header(eth, ethertype));
     Ok(ETHERNET_LEN)
 }
 
@@ -99,75 +75,20 @@ pub fn emit_roce_v2(
     if buf.len() < total {
         return Err(too_small(Layer::Bth, total, buf.len()));
     }
-    let udp_len = u16::try_from(UdpHeader::LEN + tlen).map_err(|_| {
-        Error::new(
-            Layer::Udp,
-            ErrorKind::Malformed("packet longer than UDP allows"),
-        )
-    })?;
+    ip.emit(tlen, &mut buf[..hlen])?;
     t.emit(&mut buf[hlen..total], payload)?;
-    let mut udp = UdpHeader {
-        source_port: ip.src_port,
-        destination_port: ROCE_V2_PORT,
-        length: udp_len,
-        checksum: 0,
-    };
-    let ip_len = match (ip.src, ip.dst) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => {
-            let mut h =
-                Ipv4Header::new(udp_len, ip.hop_limit, IpNumber::UDP, s.octets(), d.octets())
-                    .map_err(|_| {
-                        Error::new(
-                            Layer::Ipv4,
-                            ErrorKind::Malformed("packet too long for IPv4"),
-                        )
-                    })?;
-            // Identification 0 with DF: what an unconnected Linux UDP socket
-            // sends, and the ICRC covers the ID (DESIGN.md, wire facts).
-            h.identification = 0;
-            h.dont_fragment = true;
-            h.dscp = etherparse::IpDscp::try_new(ip.traffic_class >> 2).unwrap_or_default();
-            h.ecn = etherparse::IpEcn::try_new(ip.traffic_class & 3).unwrap_or_default();
-            h.header_checksum = h.calc_header_checksum();
-            let bytes = h.to_bytes();
-            buf[..bytes.len()].copy_from_slice(&bytes);
-            bytes.len()
-        }
-        (IpAddr::V6(s), IpAddr::V6(d)) => {
-            let h = Ipv6Header {
-                traffic_class: ip.traffic_class,
-                flow_label: Ipv6FlowLabel::try_new(ip.flow_label & 0xf_ffff).unwrap_or_default(),
-                payload_length: udp_len,
-                next_header: IpNumber::UDP,
-                hop_limit: ip.hop_limit,
-                source: s.octets(),
-                destination: d.octets(),
-            };
-            buf[..Ipv6Header::LEN].copy_from_slice(&h.to_bytes());
-            Ipv6Header::LEN
-        }
-        _ => {
-            return Err(Error::new(
-                Layer::Ipv4,
-                ErrorKind::Malformed("source and destination differ in IP version"),
-            ))
-        }
-    };
-    buf[ip_len..hlen].copy_from_slice(&udp.to_bytes());
     // The ICRC masks the UDP checksum, so it can be computed first and the
     // checksum (which covers the ICRC) last.
     fill_icrc(buf, hlen, total)?;
-    if let (true, IpAddr::V6(s), IpAddr::V6(d)) = (ip.ipv6_udp_checksum, ip.src, ip.dst) {
-        let h = Ipv6Header {
-            payload_length: udp_len,
-            next_header: IpNumber::UDP,
-            source: s.octets(),
-            destination: d.octets(),
-            ..Default::default()
-        };
-        udp = UdpHeader::with_ipv6_checksum(ip.src_port, ROCE_V2_PORT, &h, &buf[hlen..total])
+    if ip.ipv6_udp_checksum && ip.src.is_ipv6() {
+        let (head, transport) = buf[..total].split_at_mut(hlen);
+        let (ip_header, udp) = head.split_at_mut(hlen - UdpHeader::LEN);
+        let udp: &mut [u8; 8] = udp
+            .try_into()
             .map_err(|_| Error::new(Layer::Udp, ErrorKind::Malformed("UDP checksum")))?;
-        buf[ip_len..hlen].copy_from_slice(&udp.to_bytes());
+        let c = udp_checksum(ip_header, udp, transport)
+            .ok_or(Error::new(Layer::Udp, ErrorKind::Malformed("UDP checksum")))?;
+        udp[6..8].copy_from_slice(&c.to_be_bytes());
     }
     Ok(total)
 }
@@ -194,12 +115,7 @@ pub fn emit_roce_v2_ethernet(
     payload: &[u8],
     buf: &mut [u8],
 ) -> Result<usize> {
-    let ethertype = if ip.src.is_ipv4() {
-        ETHERTYPE_IPV4
-    } else {
-        ETHERTYPE_IPV6
-    };
-    let n = emit_ethernet(eth, ethertype, buf)?;
+    let n = emit_ethernet(eth, roce_v2_ethertype(ip.src), buf)?;
     Ok(n + emit_roce_v2(ip, t, payload, &mut buf[n..])?)
 }
 

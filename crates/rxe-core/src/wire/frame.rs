@@ -656,14 +656,8 @@ pub(crate) mod tests {
     fn fix_ipv4_checksum(ip: &mut [u8]) {
         ip[10] = 0;
         ip[11] = 0;
-        let mut s: u32 = 0;
-        for w in ip[..20].chunks(2) {
-            s += u32::from(u16::from_be_bytes([w[0], w[1]]));
-        }
-        while s > 0xffff {
-            s = (s & 0xffff) + (s >> 16);
-        }
-        ip[10..12].copy_from_slice(&(!(s as u16)).to_be_bytes());
+        let s = crate::wire::ip_udp::tests::ones_complement_sum(&[&ip[..20]]);
+        ip[10..12].copy_from_slice(&(!s).to_be_bytes());
     }
 
     #[test]
@@ -761,7 +755,11 @@ pub(crate) mod tests {
         );
         assert_eq!(
             decode(LinkType::Ethernet, &b.bytes[..30]),
-            Err(Error::truncated(Layer::Grh, 40, 16))
+            Err(Error::truncated(
+                Layer::Grh,
+                crate::wire::grh::HEADER_LEN,
+                16
+            ))
         );
     }
 

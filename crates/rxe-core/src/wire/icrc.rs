@@ -446,15 +446,15 @@ pub fn solve_ipv4_id_any_df(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// Frame 5 of captures/rc_pingpong.pcap without its Ethernet header: an
     /// RC Acknowledge that the kernel's rxe sent over IPv4 (ID 0x5e4d).
-    const ACK: &str = "450000305e4d40004011c7a50a6300020a630003c16512b7001c0000\
+    pub(crate) const ACK: &str = "450000305e4d40004011c7a50a6300020a630003c16512b7001c0000\
                        1100ffff000000110063c9c81f0000017b930808";
 
-    fn hex(s: &str) -> Vec<u8> {
+    pub(crate) fn hex(s: &str) -> Vec<u8> {
         let s: String = s.split_whitespace().collect();
         (0..s.len())
             .step_by(2)

@@ -17,6 +17,7 @@ pub mod grh;
 pub mod icrc;
 pub mod ieth;
 pub mod immdt;
+pub mod ip_udp;
 pub mod lrh;
 pub mod netfields;
 pub mod opcode;
