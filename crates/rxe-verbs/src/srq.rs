@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use rxe_core::transport::srq::{SrqAttr, SrqInit};
+use rxe_core::transport::{SrqAttr, SrqInit};
 use rxe_core::transport::RecvWr;
 
 use crate::error::{ObjectKind, Result, VerbsError};

@@ -17,15 +17,16 @@
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use super::counters::{Counter, Counters};
+use super::error::{EndpointError, PostError};
+use super::io::{RecvMeta, Transmit};
 use super::memory::MemoryAccess;
-use super::qp::{AsyncEvent, QpCommon, QpInit, RecvMeta, Transmit};
-use super::qp_attr::{AttrMask, QpAttr, QpState, QpType};
-use super::qp_state::{modify, ModifyError, QpCaps, QpConfig};
-use super::requester::Requester;
-use super::responder::Responder;
-use super::srq::{Srq, SrqAttr, SrqInit};
+use super::qp::{
+    modify, AsyncEvent, AttrMask, QpAttr, QpCaps, QpCommon, QpConfig, QpInit, QpState, QpType,
+};
+use super::recv::{Responder, Srq, SrqAttr, SrqInit};
+use super::send::Requester;
 use super::time::Instant;
-use super::wr::{PostError, RecvWr, SendWr, WorkCompletion};
+use super::wr::{RecvWr, SendWr, WorkCompletion};
 use crate::wire::{Transport, TransportRepr};
 
 /// The QPN of the general services interface (IBTA 3.5.1).
@@ -38,33 +39,6 @@ const QPN_MASK: u32 = 0xff_ffff;
 /// carries is a 24-bit field; not checked against the text); the first is 1.
 const SRQN_MASK: u32 = 0xff_ffff;
 const FIRST_SRQN: u32 = 1;
-
-/// Why an endpoint call was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum EndpointError {
-    #[error("no QP with number {0:#x}")]
-    NoSuchQp(u32),
-    #[error("the GSI QP (QP1) exists already")]
-    GsiExists,
-    #[error("no free QP number")]
-    OutOfQpns,
-    #[error(transparent)]
-    Modify(#[from] ModifyError),
-    #[error("no SRQ with number {0:#x}")]
-    NoSuchSrq(u32),
-    #[error("SRQ {srqn:#x} is used by {qps} QP(s)")]
-    SrqInUse { srqn: u32, qps: usize },
-    #[error("max_wr is smaller than the number of receives queued on the SRQ")]
-    SrqResize,
-    #[error("SRQ limit {srq_limit} is larger than max_wr {max_wr}")]
-    SrqLimitTooLarge { srq_limit: u32, max_wr: u32 },
-    #[error("invalid SRQ attribute: {0}")]
-    InvalidSrqAttr(&'static str),
-    #[error("a {0} QP cannot use a shared receive queue")]
-    SrqNotSupported(QpType),
-    #[error("no free SRQ number")]
-    OutOfSrqns,
-}
 
 /// Whether two P_Keys match (IBTA 10.9.3): the same partition (low 15
 /// bits, never 0) and at least one of them a full member (bit 15).
@@ -563,7 +537,7 @@ fn pkey_of(table: &[u16], config: &QpConfig) -> u16 {
 mod tests {
     use super::*;
     use crate::transport::memory::{Key, VecMemory};
-    use crate::transport::qp_attr::{AccessFlags, AddressVector, PathMtu};
+    use crate::transport::qp::{AccessFlags, AddressVector, PathMtu};
     use crate::transport::wr::{Sge, WcOpcode, WcStatus, WorkQueue};
     use crate::transport::Psn;
     use crate::wire::{AethRepr, BthRepr, DethRepr, ExtReprs, Opcode, Syndrome};

@@ -31,38 +31,34 @@
 //! - Timers: retransmit interval = `local_ack_timeout(timeout)` (None = no timer); on expiry retransmit from the oldest unacknowledged PSN, up to `retry_cnt` times (7 is seven, not without end; each retry without progress doubles the next interval, up to 4x: see `requester`); exhausted -> RETRY_EXC_ERR and QP to ERR.
 //! - Completions: send WRs complete in order (signaled only, or every one if `init.sq_sig_all`; errors always), with `WorkQueue::Send`; receives with `WorkQueue::Recv`, byte_len, imm_data, invalidated_rkey, src_qp (UD), grh=true and the 40-byte `meta.grh` copied into the first 40 bytes of the receive buffer for UD (byte_len includes those 40), pkey_index. Flush: every outstanding WR completes with WR_FLUSH_ERR (opcode as posted, recv opcode `WcOpcode::Recv`).
 
-mod completer;
-pub mod counters;
-pub mod endpoint;
-pub mod memory;
-pub mod psn;
-pub mod qp;
-pub mod qp_attr;
-pub mod qp_state;
-pub mod recv_queue;
-pub mod requester;
-pub mod responder;
-pub mod responder_resources;
-mod send_queue;
-pub mod srq;
-pub mod time;
-pub mod wr;
+mod counters;
+mod endpoint;
+mod error;
+mod io;
+mod memory;
+mod psn;
+mod qp;
+mod recv;
+mod send;
+mod time;
+mod wr;
 
 pub use counters::{Counter, Counters};
-pub use endpoint::{pkeys_match, Endpoint, EndpointError, GSI_QPN};
+pub use endpoint::{pkeys_match, Endpoint, GSI_QPN};
+pub use error::{EndpointError, PostError};
+pub use io::{RecvMeta, Transmit};
 pub use memory::{
     atomic_by_copy, validate, AtomicOp, Key, MemError, MemoryAccess, Region, RegionInfo, VecMemory,
 };
 pub use psn::{classify_request, Psn, PsnOutOfRange, RequestPsn};
-pub use qp::{AsyncEvent, QpCommon, QpInit, RecvMeta, Transmit};
-pub use qp_attr::{
-    local_ack_timeout, rnr_timer, AccessFlags, AddressVector, AltPath, Attr, AttrMask, MigState,
-    PathMtu, QpAttr, QpState, QpType, GSI_QKEY,
+pub use qp::{
+    local_ack_timeout, modify, qkey_is_controlled, rnr_timer, transition, AccessFlags,
+    AddressVector, AltPath, AsyncEvent, Attr, AttrMask, MigState, ModifyError, PathMtu, QpAttr,
+    QpCaps, QpCommon, QpConfig, QpInit, QpState, QpType, Transition, GSI_QKEY, MAX_FLOW_LABEL,
+    MAX_MIN_RNR_TIMER, MAX_QPN, MAX_RETRY_CNT, MAX_RNR_RETRY, MAX_SL, MAX_TIMEOUT,
 };
-pub use qp_state::{modify, transition, ModifyError, QpCaps, QpConfig, Transition};
-pub use srq::{Srq, SrqAttr, SrqInit};
+pub use recv::{Srq, SrqAttr, SrqInit};
 pub use time::Instant;
 pub use wr::{
-    PostError, RecvWr, SendData, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion,
-    WorkQueue,
+    RecvWr, SendData, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion, WorkQueue,
 };

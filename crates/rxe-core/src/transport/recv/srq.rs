@@ -34,9 +34,10 @@
 
 use std::collections::VecDeque;
 
-use super::endpoint::EndpointError;
-use super::recv_queue::{total_len, MAX_MESSAGE};
-use super::wr::{PostError, RecvWr};
+use super::queue::{total_len, MAX_MESSAGE};
+use crate::transport::error::EndpointError;
+use crate::transport::error::PostError;
+use crate::transport::wr::RecvWr;
 
 /// What an SRQ is created with (`ibv_srq_init_attr`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -20,10 +20,10 @@
 //! - A UD work request whose Q_Key has the high bit set is sent with the
 //!   QP's own Q_Key (IBTA 10.2.5, as cited by `qp_attr::qkey_is_controlled`).
 
-use super::memory::{Key, MemError, MemoryAccess};
-use super::psn::Psn;
-use super::qp_attr::{AccessFlags, QpType};
-use super::wr::{SendData, SendOp, SendWr, Sge, WcStatus};
+use crate::transport::memory::{Key, MemError, MemoryAccess};
+use crate::transport::psn::Psn;
+use crate::transport::qp::{AccessFlags, QpType};
+use crate::transport::wr::{SendData, SendOp, SendWr, Sge, WcStatus};
 use crate::wire::{
     AtomicEth, AtomicEthRepr, Bth, BthRepr, Deth, DethRepr, Error as WireError, ErrorKind,
     ExtHeader, ExtReprs, Ieth, IethRepr, ImmDt, ImmDtRepr, Layer, Opcode, Reth, RethRepr,

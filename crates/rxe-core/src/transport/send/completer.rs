@@ -31,15 +31,15 @@
 //! - RNR NAK: wait the time its timer code gives, then resend from its PSN
 //!   (IBTA 9.7.5.2.8); `rnr_retry` limits how often (7: without end).
 
-use super::counters::{Counter, Counters};
-use super::memory::MemoryAccess;
-use super::psn::Psn;
-use super::qp::QpCommon;
-use super::qp_attr::{rnr_timer, QpState, QpType};
 use super::requester::{complete, Requester};
-use super::send_queue::scatter;
-use super::time::Instant;
-use super::wr::{SendData, SendOp, WcStatus};
+use super::segment::scatter;
+use crate::transport::counters::{Counter, Counters};
+use crate::transport::memory::{MemError, MemoryAccess};
+use crate::transport::psn::Psn;
+use crate::transport::qp::QpCommon;
+use crate::transport::qp::{rnr_timer, QpState, QpType};
+use crate::transport::time::Instant;
+use crate::transport::wr::{SendData, SendOp, WcStatus};
 use crate::wire::{NakCode, Operation, Position, Syndrome, TransportPacket};
 
 impl Requester {
@@ -224,7 +224,7 @@ impl Requester {
         }
         let written = match &w.wr.data {
             SendData::Sges(sges) => scatter(sges, offset, pkt.payload, mem, common.init.pd),
-            SendData::Inline(_) => Err(super::memory::MemError::Overflow),
+            SendData::Inline(_) => Err(MemError::Overflow),
         };
         if written.is_err() {
             return self.fail_front(common, WcStatus::LocProtErr);
@@ -261,7 +261,7 @@ impl Requester {
         // Host byte order: what a C program reading the uint64_t sees.
         let written = match &w.wr.data {
             SendData::Sges(sges) => scatter(sges, 0, &orig.to_ne_bytes(), mem, common.init.pd),
-            SendData::Inline(_) => Err(super::memory::MemError::Overflow),
+            SendData::Inline(_) => Err(MemError::Overflow),
         };
         if written.is_err() {
             return self.fail_front(common, WcStatus::LocProtErr);
@@ -278,7 +278,7 @@ impl Requester {
 mod tests {
     use super::super::requester::rig::*;
     use super::*;
-    use crate::transport::qp_attr::{rnr_timer, AccessFlags};
+    use crate::transport::qp::{rnr_timer, AccessFlags};
     use crate::transport::wr::SendWr;
     use crate::wire::Opcode;
 

@@ -4,10 +4,11 @@
 
 use std::collections::VecDeque;
 
-use super::memory::{Key, MemoryAccess};
-use super::qp::QpCommon;
-use super::qp_attr::{AccessFlags, QpState};
-use super::wr::{PostError, RecvWr, Sge, WcStatus};
+use crate::transport::error::PostError;
+use crate::transport::memory::{Key, MemoryAccess};
+use crate::transport::qp::QpCommon;
+use crate::transport::qp::{AccessFlags, QpState};
+use crate::transport::wr::{RecvWr, Sge, WcStatus};
 
 /// The largest message the IBTA allows, 2^31 bytes: a receive whose
 /// scatter/gather list adds up to more is refused at post time (kernel rxe
@@ -21,10 +22,6 @@ pub struct RecvQueue {
 }
 
 impl RecvQueue {
-    pub fn new() -> RecvQueue {
-        RecvQueue::default()
-    }
-
     /// `ibv_post_recv` for one request. A QP takes receives from INIT on
     /// (IBTA 10.3.1: in RESET nothing may be posted; in INIT receives may be
     /// posted but are not processed). In ERR the request is accepted and
@@ -62,6 +59,7 @@ impl RecvQueue {
         Ok(())
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.wqes.len()
     }

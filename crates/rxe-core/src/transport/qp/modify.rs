@@ -33,7 +33,7 @@
 
 use core::fmt;
 
-use super::qp_attr::{
+use super::attr::{
     local_ack_timeout, rnr_timer, AddressVector, Attr, AttrMask, PathMtu, QpAttr, QpState, QpType,
     GSI_QKEY, MAX_FLOW_LABEL, MAX_MIN_RNR_TIMER, MAX_QPN, MAX_RETRY_CNT, MAX_RNR_RETRY, MAX_SL,
     MAX_TIMEOUT,
@@ -607,7 +607,7 @@ fn check_range(
 mod tests {
     use super::*;
     use crate::transport::psn::Psn;
-    use crate::transport::qp_attr::{AccessFlags, AltPath, MigState};
+    use crate::transport::qp::{AccessFlags, AltPath, MigState};
     use proptest::prelude::*;
     use QpState::*;
     use QpType::*;

@@ -71,16 +71,18 @@
 
 use std::collections::VecDeque;
 
-use super::counters::{Counter, Counters};
-use super::memory::MemoryAccess;
-use super::psn::Psn;
-use super::qp::{AsyncEvent, QpCommon, Transmit};
-use super::qp_attr::{local_ack_timeout, AccessFlags, QpState, QpType};
-use super::send_queue::{
+use super::segment::{
     check_sges, emit_with, gather, packet_repr, packets_for, BuildError, PacketCtx, SendWqe,
 };
-use super::time::Instant;
-use super::wr::{PostError, SendData, SendOp, SendWr, WcStatus, WorkCompletion, WorkQueue};
+use crate::transport::counters::{Counter, Counters};
+use crate::transport::error::PostError;
+use crate::transport::io::Transmit;
+use crate::transport::memory::MemoryAccess;
+use crate::transport::psn::Psn;
+use crate::transport::qp::{local_ack_timeout, AccessFlags, QpState, QpType};
+use crate::transport::qp::{AsyncEvent, QpCommon};
+use crate::transport::time::Instant;
+use crate::transport::wr::{SendData, SendOp, SendWr, WcStatus, WorkCompletion, WorkQueue};
 
 /// The most PSNs an RC requester leaves unacknowledged before it waits
 /// (the IBTA bound is 2^23, 9.7.1). 128, as kernel rxe: a larger window
@@ -648,8 +650,8 @@ pub(super) mod rig {
     use super::*;
     use crate::transport::memory::{Key, VecMemory};
     use crate::transport::qp::QpInit;
-    use crate::transport::qp_attr::{AddressVector, PathMtu, QpAttr};
-    use crate::transport::qp_state::{modify, QpCaps, QpConfig};
+    use crate::transport::qp::{modify, QpCaps, QpConfig};
+    use crate::transport::qp::{AddressVector, PathMtu, QpAttr};
     use crate::transport::wr::{Sge, UdDest};
     use crate::wire::{
         AethRepr, AtomicAckEthRepr, BthRepr, ExtReprs, Opcode, Syndrome, TransportPacket,
@@ -985,9 +987,9 @@ pub(super) mod rig {
 mod tests {
     use super::rig::*;
     use super::*;
+    use crate::transport::qp::modify;
     use crate::transport::qp::QpInit;
-    use crate::transport::qp_attr::{PathMtu, QpAttr};
-    use crate::transport::qp_state::modify;
+    use crate::transport::qp::{PathMtu, QpAttr};
     use crate::wire::{Opcode, Position, Syndrome};
     use core::time::Duration;
 

@@ -13,7 +13,7 @@
 
 use std::collections::VecDeque;
 
-use super::psn::Psn;
+use crate::transport::psn::Psn;
 
 /// What was saved of one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,14 +78,17 @@ impl Resources {
         }
     }
 
+    #[cfg(test)]
     pub fn capacity(&self) -> usize {
         self.cap
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.entries.len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }

@@ -11,7 +11,7 @@ use core::fmt;
 use core::ops::{BitAnd, BitOr, BitOrAssign};
 use core::time::Duration;
 
-use super::psn::Psn;
+use crate::transport::psn::Psn;
 use crate::wire::aeth::rnr_timer_micros;
 
 /// The transport service of a QP.
@@ -646,7 +646,7 @@ impl fmt::Display for AttrMask {
 /// [`QpAttr::mask`] gives the mask of exactly the `Some` fields, for callers
 /// that build a `QpAttr` for one call.
 ///
-/// A [`QpConfig`](super::qp_state::QpConfig) keeps its current values in the
+/// A [`QpConfig`](super::QpConfig) keeps its current values in the
 /// same struct, with `qp_state` and `cur_qp_state` unused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct QpAttr {

@@ -1,13 +1,22 @@
 //! Responder tests against hand-built request packets.
 
-use super::*;
-use crate::transport::memory::VecMemory;
-use crate::transport::qp::QpInit;
-use crate::transport::qp_attr::{AddressVector, PathMtu, QpAttr};
-use crate::transport::qp_state::{modify, QpCaps, QpConfig};
-use crate::transport::srq::{Srq, SrqInit};
-use crate::transport::wr::Sge;
-use crate::wire::{AtomicEthRepr, DethRepr, IethRepr, ImmDtRepr, RethRepr};
+use super::responder::Responder;
+use super::srq::{Srq, SrqInit};
+use crate::transport::counters::{Counter, Counters};
+use crate::transport::error::PostError;
+use crate::transport::io::RecvMeta;
+use crate::transport::memory::{Key, VecMemory};
+use crate::transport::psn::Psn;
+use crate::transport::qp::{
+    modify, AccessFlags, AddressVector, AsyncEvent, PathMtu, QpAttr, QpCaps, QpCommon, QpConfig,
+    QpInit, QpState, QpType, GSI_QKEY,
+};
+use crate::transport::time::Instant;
+use crate::transport::wr::{RecvWr, Sge, WcOpcode, WcStatus, WorkCompletion, WorkQueue};
+use crate::wire::{
+    AtomicEthRepr, BthRepr, DethRepr, ExtReprs, IethRepr, ImmDtRepr, NakCode, Opcode, RethRepr,
+    Syndrome, TransportRepr,
+};
 
 const PD: u32 = 3;
 const QPN: u32 = 0x12;
