@@ -13,4 +13,7 @@ mod completer;
 mod requester;
 mod segment;
 
+#[cfg(test)]
+mod tests;
+
 pub(crate) use requester::Requester;
