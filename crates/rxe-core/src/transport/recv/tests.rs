@@ -1,4 +1,5 @@
-//! Responder tests against hand-built request packets.
+//! Tests of the receive side: the responder against hand-built request
+//! packets, then the SRQ and the responder resources on their own.
 
 use super::responder::Responder;
 use super::srq::{Srq, SrqInit};
@@ -1845,4 +1846,298 @@ fn take_in_progress_recv_only_takes_a_send_in_progress() {
     ));
     assert_eq!(&h.mem.bytes(k).unwrap()[MTU..2 * MTU], &data[..]);
     assert_ack(h.out().last().unwrap(), RQ_PSN + 1, ACK, 1);
+}
+
+mod srq {
+    use super::super::queue::MAX_MESSAGE;
+    use super::super::srq::*;
+    use crate::transport::error::{EndpointError, PostError};
+    use crate::transport::wr::RecvWr;
+    use crate::transport::wr::Sge;
+
+    fn wr(id: u64, sges: usize, len: u32) -> RecvWr {
+        RecvWr {
+            wr_id: id,
+            sg_list: vec![
+                Sge {
+                    addr: 0x1000,
+                    length: len,
+                    lkey: 7,
+                };
+                sges
+            ],
+        }
+    }
+
+    fn srq(max_wr: u32, limit: u32) -> Srq {
+        Srq::new(
+            1,
+            SrqInit {
+                max_wr,
+                srq_limit: limit,
+                ..SrqInit::new(2)
+            },
+        )
+        .unwrap()
+    }
+
+    fn ids(s: &mut Srq) -> Vec<u64> {
+        std::iter::from_fn(|| s.pop()).map(|w| w.wr_id).collect()
+    }
+
+    #[test]
+    fn defaults() {
+        let i = SrqInit::new(9);
+        assert_eq!((i.pd, i.max_wr, i.max_sge, i.srq_limit), (9, 128, 4, 0));
+        let s = Srq::new(5, i).unwrap();
+        assert_eq!(s.srqn(), 5);
+        assert_eq!(s.pd(), 9);
+        assert_eq!(
+            s.attr(),
+            SrqAttr {
+                max_wr: 128,
+                max_sge: 4,
+                srq_limit: 0,
+                queued: 0
+            }
+        );
+    }
+
+    #[test]
+    fn create_checks() {
+        let bad = |max_wr, srq_limit| {
+            Srq::new(
+                1,
+                SrqInit {
+                    max_wr,
+                    srq_limit,
+                    ..SrqInit::new(1)
+                },
+            )
+            .unwrap_err()
+        };
+        assert!(matches!(bad(0, 0), EndpointError::InvalidSrqAttr(_)));
+        assert_eq!(
+            bad(4, 5),
+            EndpointError::SrqLimitTooLarge {
+                srq_limit: 5,
+                max_wr: 4
+            }
+        );
+        // Limit equal to the depth is allowed, and armed from the start.
+        assert_eq!(srq(4, 4).attr().srq_limit, 4);
+    }
+
+    #[test]
+    fn post_checks_sges_length_and_depth() {
+        let mut s = srq(2, 0);
+        assert_eq!(
+            s.post(wr(1, 5, 8)),
+            Err(PostError::TooManySges { given: 5, max: 4 })
+        );
+        // Four SGEs of 2^30 bytes: 2^32 > 2^31.
+        assert_eq!(
+            s.post(wr(1, 4, 1 << 30)),
+            Err(PostError::MessageTooLarge {
+                len: 1 << 32,
+                max: MAX_MESSAGE
+            })
+        );
+        // Exactly 2^31 is allowed; so is an empty list.
+        s.post(wr(1, 2, 1 << 30)).unwrap();
+        s.post(wr(2, 0, 0)).unwrap();
+        assert_eq!(s.post(wr(3, 1, 8)), Err(PostError::QueueFull { depth: 2 }));
+        assert_eq!(s.attr().queued, 2);
+        // Refused posts left nothing behind.
+        assert_eq!(ids(&mut s), [1, 2]);
+    }
+
+    #[test]
+    fn fifo_and_push_front() {
+        let mut s = srq(3, 0);
+        for i in 1..=3 {
+            s.post(wr(i, 1, 8)).unwrap();
+        }
+        let first = s.pop().unwrap();
+        assert_eq!(first.wr_id, 1);
+        s.post(wr(4, 1, 8)).unwrap();
+        // Given back while the queue is full again: accepted, at the front.
+        s.push_front(first);
+        assert_eq!(s.len(), 4);
+        assert_eq!(s.post(wr(5, 1, 8)), Err(PostError::QueueFull { depth: 3 }));
+        assert_eq!(ids(&mut s), [1, 2, 3, 4]);
+        assert!(s.is_empty());
+        assert!(s.pop().is_none());
+    }
+
+    #[test]
+    fn limit_fires_once_when_below_and_disarms() {
+        let mut s = srq(8, 3);
+        for i in 0..5 {
+            s.post(wr(i, 1, 8)).unwrap();
+        }
+        s.pop(); // 4 left
+        assert!(!s.take_limit_reached());
+        s.pop(); // 3 left: not below 3
+        assert!(!s.take_limit_reached());
+        assert_eq!(s.attr().srq_limit, 3);
+        s.pop(); // 2 left: below
+        assert!(s.take_limit_reached());
+        assert!(!s.take_limit_reached(), "reported once");
+        assert_eq!(s.attr().srq_limit, 0, "disarmed");
+        s.pop();
+        s.pop();
+        assert!(!s.take_limit_reached(), "disarmed: no second event");
+        // Re-armed while already below: fires on the next WQE taken.
+        s.post(wr(10, 1, 8)).unwrap();
+        s.modify(None, Some(2)).unwrap();
+        assert!(!s.take_limit_reached());
+        s.pop();
+        assert!(s.take_limit_reached());
+        assert_eq!(s.attr().srq_limit, 0);
+    }
+
+    #[test]
+    fn posting_does_not_fire_and_unarmed_never_fires() {
+        let mut s = srq(4, 0);
+        for i in 0..4 {
+            s.post(wr(i, 1, 8)).unwrap();
+        }
+        while s.pop().is_some() {
+            assert!(!s.take_limit_reached());
+        }
+    }
+
+    #[test]
+    fn rearming_clears_an_event_not_yet_taken() {
+        let mut s = srq(4, 1);
+        s.post(wr(1, 1, 8)).unwrap();
+        s.pop();
+        s.modify(None, Some(0)).unwrap();
+        assert!(!s.take_limit_reached());
+    }
+
+    #[test]
+    fn modify_checks() {
+        let mut s = srq(4, 0);
+        for i in 0..3 {
+            s.post(wr(i, 1, 8)).unwrap();
+        }
+        assert_eq!(s.modify(Some(2), None), Err(EndpointError::SrqResize));
+        assert!(matches!(
+            s.modify(Some(0), None),
+            Err(EndpointError::InvalidSrqAttr(_))
+        ));
+        assert_eq!(
+            s.modify(None, Some(5)),
+            Err(EndpointError::SrqLimitTooLarge {
+                srq_limit: 5,
+                max_wr: 4
+            })
+        );
+        // Both at once are checked together: a limit above the new depth.
+        assert_eq!(
+            s.modify(Some(3), Some(4)),
+            Err(EndpointError::SrqLimitTooLarge {
+                srq_limit: 4,
+                max_wr: 3
+            })
+        );
+        assert_eq!(s.attr().max_wr, 4, "unchanged after errors");
+        s.modify(None, Some(4)).unwrap();
+        // Shrinking below an armed limit is refused.
+        assert_eq!(
+            s.modify(Some(3), None),
+            Err(EndpointError::SrqLimitTooLarge {
+                srq_limit: 4,
+                max_wr: 3
+            })
+        );
+        s.modify(Some(3), Some(2)).unwrap();
+        assert_eq!(
+            s.attr(),
+            SrqAttr {
+                max_wr: 3,
+                max_sge: 4,
+                srq_limit: 2,
+                queued: 3
+            }
+        );
+        assert_eq!(s.post(wr(9, 1, 8)), Err(PostError::QueueFull { depth: 3 }));
+        // Growing makes room.
+        s.modify(Some(10), None).unwrap();
+        s.post(wr(9, 1, 8)).unwrap();
+    }
+
+    #[test]
+    fn attach_counts() {
+        let mut s = srq(4, 0);
+        s.attach();
+        s.attach();
+        s.detach();
+        assert_eq!(s.attached(), 1);
+        s.detach();
+        s.detach();
+        assert_eq!(s.attached(), 0);
+    }
+}
+
+mod resources {
+    use super::super::resources::*;
+    use crate::transport::psn::Psn;
+
+    fn read(first: u32, npkts: u32) -> Entry {
+        Entry {
+            saved: Saved::Read {
+                first: Psn::new(first),
+                npkts,
+                rkey: 1,
+                va: 0,
+                len: 0,
+            },
+            msn: 0,
+        }
+    }
+
+    fn atomic(psn: u32, orig: u64) -> Entry {
+        Entry {
+            saved: Saved::Atomic {
+                psn: Psn::new(psn),
+                orig,
+            },
+            msn: 0,
+        }
+    }
+
+    #[test]
+    fn bounded_oldest_evicted() {
+        let mut r = Resources::new(2);
+        r.push(atomic(1, 10));
+        r.push(atomic(2, 20));
+        r.push(atomic(3, 30));
+        assert_eq!(r.len(), 2);
+        assert_eq!(r.find(Psn::new(1)), None);
+        assert_eq!(r.find(Psn::new(3)), Some(atomic(3, 30)));
+        r.set_capacity(1);
+        assert_eq!(r.find(Psn::new(2)), None);
+        assert_eq!(r.capacity(), 1);
+        r.set_capacity(0);
+        assert_eq!(r.capacity(), 1);
+        r.clear();
+        assert!(r.is_empty());
+    }
+
+    #[test]
+    fn read_ranges_wrap() {
+        let mut r = Resources::new(4);
+        r.push(read(0xff_fffe, 4)); // 0xfffffe, 0xffffff, 0, 1
+        assert!(r.find(Psn::new(0xff_fffe)).is_some());
+        assert!(r.find(Psn::new(1)).is_some());
+        assert!(r.find(Psn::new(2)).is_none());
+        assert!(r.find(Psn::new(0xff_fffd)).is_none());
+        // A zero-length READ still takes one PSN.
+        r.push(read(7, 0));
+        assert!(r.find(Psn::new(7)).is_some());
+        assert!(r.find(Psn::new(8)).is_none());
+    }
 }
