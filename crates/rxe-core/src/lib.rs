@@ -10,6 +10,7 @@
 //! machine (Modify QP as a pure function).
 
 #![forbid(unsafe_code)]
+#![warn(unreachable_pub)]
 
 pub mod transport;
 pub mod wire;

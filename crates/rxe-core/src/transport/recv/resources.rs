@@ -17,7 +17,7 @@ use crate::transport::psn::Psn;
 
 /// What was saved of one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Saved {
+pub(super) enum Saved {
     /// An RDMA READ: its PSN range (`npkts` PSNs from `first`) and RETH.
     Read {
         first: Psn,
@@ -32,7 +32,7 @@ pub enum Saved {
 
 /// One saved request with the MSN its response carried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Entry {
+pub(super) struct Entry {
     pub saved: Saved,
     pub msn: u32,
 }
@@ -49,7 +49,7 @@ impl Entry {
 
 /// The bounded table of saved READ and atomic requests.
 #[derive(Debug, Clone)]
-pub struct Resources {
+pub(super) struct Resources {
     entries: VecDeque<Entry>,
     cap: usize,
 }
@@ -62,7 +62,7 @@ impl Default for Resources {
 
 impl Resources {
     /// A table of `cap` entries (at least one).
-    pub fn new(cap: usize) -> Resources {
+    pub(super) fn new(cap: usize) -> Resources {
         Resources {
             entries: VecDeque::new(),
             cap: cap.max(1),
@@ -71,7 +71,7 @@ impl Resources {
 
     /// Changes the bound (Modify QP of `max_dest_rd_atomic`), dropping the
     /// oldest entries that no longer fit.
-    pub fn set_capacity(&mut self, cap: usize) {
+    pub(super) fn set_capacity(&mut self, cap: usize) {
         self.cap = cap.max(1);
         while self.entries.len() > self.cap {
             self.entries.pop_front();
@@ -79,22 +79,22 @@ impl Resources {
     }
 
     #[cfg(test)]
-    pub fn capacity(&self) -> usize {
+    pub(super) fn capacity(&self) -> usize {
         self.cap
     }
 
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.entries.len()
     }
 
     #[cfg(test)]
-    pub fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 
     /// Saves a request, forgetting the oldest if the table is full.
-    pub fn push(&mut self, entry: Entry) {
+    pub(super) fn push(&mut self, entry: Entry) {
         if self.entries.len() >= self.cap {
             self.entries.pop_front();
         }
@@ -102,11 +102,11 @@ impl Resources {
     }
 
     /// The saved request that PSN `psn` belongs to, newest first.
-    pub fn find(&self, psn: Psn) -> Option<Entry> {
+    pub(super) fn find(&self, psn: Psn) -> Option<Entry> {
         self.entries.iter().rev().find(|e| e.covers(psn)).copied()
     }
 
-    pub fn clear(&mut self) {
+    pub(super) fn clear(&mut self) {
         self.entries.clear();
     }
 }

@@ -150,7 +150,7 @@ pub(super) enum Fail {
 
 /// The responder of one QP.
 #[derive(Debug, Default)]
-pub struct Responder {
+pub(crate) struct Responder {
     pub(super) rq: RecvQueue,
     /// Expected PSN.
     pub(super) epsn: Psn,
@@ -170,26 +170,26 @@ pub struct Responder {
 }
 
 impl Responder {
-    pub fn new() -> Responder {
+    pub(crate) fn new() -> Responder {
         Responder::default()
     }
 
     /// The PSN the responder expects next.
     #[cfg(test)]
-    pub fn expected_psn(&self) -> Psn {
+    pub(crate) fn expected_psn(&self) -> Psn {
         self.epsn
     }
 
     /// Receives posted and not yet used.
     #[cfg(test)]
-    pub fn posted_recvs(&self) -> usize {
+    pub(crate) fn posted_recvs(&self) -> usize {
         self.rq.len()
     }
 
     /// After a Modify QP: on entering RTR take the expected PSN from
     /// `rq_psn`; keep the saved-request table as large as
     /// `max_dest_rd_atomic`.
-    pub fn on_modify(&mut self, common: &mut QpCommon, from: QpState) {
+    pub(crate) fn on_modify(&mut self, common: &mut QpCommon, from: QpState) {
         let attrs = common.config.attrs();
         self.resources
             .set_capacity(usize::from(attrs.max_dest_rd_atomic.unwrap_or(1)));
@@ -204,14 +204,14 @@ impl Responder {
 
     /// `ibv_post_recv` (see [`RecvQueue::post`]; refused with `QpHasSrq` on
     /// a QP attached to an SRQ).
-    pub fn post_recv(&mut self, common: &QpCommon, wr: RecvWr) -> Result<(), PostError> {
+    pub(crate) fn post_recv(&mut self, common: &QpCommon, wr: RecvWr) -> Result<(), PostError> {
         self.rq.post(common, wr)
     }
 
     /// The receive a SEND in progress has taken, if any, leaving no message
     /// in progress. The endpoint gives it back to the SRQ when a QP attached
     /// to one is reset or destroyed mid-message.
-    pub fn take_in_progress_recv(&mut self) -> Option<RecvWr> {
+    pub(crate) fn take_in_progress_recv(&mut self) -> Option<RecvWr> {
         match core::mem::take(&mut self.msg) {
             Msg::Send { wr, .. } => Some(wr),
             other => {
@@ -225,7 +225,7 @@ impl Responder {
     /// transport, state, P_Key). `srq` is the SRQ the QP is attached to
     /// (`QpInit::srq`), `None` for a QP with its own receive queue.
     #[allow(clippy::too_many_arguments)]
-    pub fn handle_request(
+    pub(crate) fn handle_request(
         &mut self,
         common: &mut QpCommon,
         counters: &mut Counters,
@@ -281,7 +281,7 @@ impl Responder {
 
     /// The next ACK, NAK, READ response or ATOMIC Acknowledge, in the order
     /// they were made.
-    pub fn poll_transmit(
+    pub(crate) fn poll_transmit(
         &mut self,
         common: &mut QpCommon,
         _counters: &mut Counters,
@@ -394,7 +394,7 @@ impl Responder {
     /// A QP attached to an SRQ flushes only the receive it took (the SRQ's
     /// belong to the SRQ and stay queued for its other QPs), then raises
     /// Last WQE Reached, once per entry into ERR.
-    pub fn flush(&mut self, common: &mut QpCommon) {
+    pub(crate) fn flush(&mut self, common: &mut QpCommon) {
         let qpn = common.qpn;
         let flushed = |wr_id| {
             WorkCompletion::new(

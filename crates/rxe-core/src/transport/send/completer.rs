@@ -44,7 +44,7 @@ use crate::wire::{NakCode, Operation, Position, Syndrome, TransportPacket};
 
 impl Requester {
     /// A response (ACK, NAK, READ response, atomic ACK) for this QP.
-    pub fn handle_response(
+    pub(crate) fn handle_response(
         &mut self,
         common: &mut QpCommon,
         counters: &mut Counters,

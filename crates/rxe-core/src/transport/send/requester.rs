@@ -105,7 +105,7 @@ pub(super) const ACK_TIMEOUT_BACKOFF_MAX: u32 = 4;
 /// One QP's send side: the queue, the send position, and (shared with the
 /// completer) the acknowledgement state and timers.
 #[derive(Debug, Default)]
-pub struct Requester {
+pub(crate) struct Requester {
     /// Every posted request not yet completed, oldest first.
     pub(super) sq: VecDeque<SendWqe>,
     /// Index in `sq` of the request the next packet belongs to.
@@ -137,13 +137,13 @@ pub struct Requester {
 }
 
 impl Requester {
-    pub fn new() -> Requester {
+    pub(crate) fn new() -> Requester {
         Requester::default()
     }
 
     /// Follows a Modify QP: the PSNs start at `sq_psn` on RTR→RTS; entering
     /// SQD arms the drained notification.
-    pub fn on_modify(&mut self, common: &mut QpCommon, from: QpState) {
+    pub(crate) fn on_modify(&mut self, common: &mut QpCommon, from: QpState) {
         match common.state() {
             QpState::Rts if from == QpState::Rtr => {
                 let p = common.config.attrs().sq_psn.unwrap_or_default();
@@ -160,7 +160,7 @@ impl Requester {
 
     /// Checks `wr` against the QP (state, queue depth, type, SGEs, inline
     /// size, atomics, message size) and queues it.
-    pub fn post_send(&mut self, common: &QpCommon, wr: SendWr) -> Result<(), PostError> {
+    pub(crate) fn post_send(&mut self, common: &QpCommon, wr: SendWr) -> Result<(), PostError> {
         if matches!(
             common.state(),
             QpState::Reset | QpState::Init | QpState::Rtr
@@ -177,7 +177,7 @@ impl Requester {
     }
 
     /// The next request packet, written to `buf`.
-    pub fn poll_transmit(
+    pub(crate) fn poll_transmit(
         &mut self,
         common: &mut QpCommon,
         counters: &mut Counters,
@@ -223,7 +223,7 @@ impl Requester {
     }
 
     /// The next deadline: the transport timer or the end of an RNR wait.
-    pub fn poll_timeout(&self) -> Option<Instant> {
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
         match (self.retrans_at, self.rnr_until) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -233,7 +233,12 @@ impl Requester {
     /// A deadline passed: an RNR wait ends (sending resumes from the
     /// NAK'd PSN), or the transport timer fired (retransmit from the oldest
     /// unacknowledged PSN, or RETRY_EXC_ERR when the retries are spent).
-    pub fn handle_timeout(&mut self, common: &mut QpCommon, counters: &mut Counters, now: Instant) {
+    pub(crate) fn handle_timeout(
+        &mut self,
+        common: &mut QpCommon,
+        counters: &mut Counters,
+        now: Instant,
+    ) {
         if self.rnr_until.is_some_and(|t| t <= now) {
             self.rnr_until = None;
         }
@@ -252,7 +257,7 @@ impl Requester {
     /// Completes every queued and outstanding request with WR_FLUSH_ERR
     /// (IBTA 10.3.1: in ERR all work requests are flushed) and stops the
     /// timers.
-    pub fn flush(&mut self, common: &mut QpCommon) {
+    pub(crate) fn flush(&mut self, common: &mut QpCommon) {
         while let Some(w) = self.sq.pop_front() {
             complete(common, &w, WcStatus::WrFlushErr);
         }

@@ -21,14 +21,14 @@ use core::time::Duration;
 
 /// Virtual address of the source buffer (bytes `i as u8`) and of the
 /// LOCAL_WRITE destination buffer.
-pub const SRC_VA: u64 = 0x10_0000;
-pub const DST_VA: u64 = 0x20_0000;
-pub const BUF_LEN: usize = 1 << 18;
-pub const DEST_QPN: u32 = 0x22;
+const SRC_VA: u64 = 0x10_0000;
+const DST_VA: u64 = 0x20_0000;
+const BUF_LEN: usize = 1 << 18;
+const DEST_QPN: u32 = 0x22;
 
 /// RTS attributes of an RC QP.
 #[derive(Debug, Clone, Copy)]
-pub struct Rts {
+struct Rts {
     pub sq_psn: u32,
     pub mtu: PathMtu,
     pub timeout: u8,
@@ -50,7 +50,7 @@ impl Default for Rts {
     }
 }
 
-pub struct Rig {
+struct Rig {
     pub req: Requester,
     pub common: QpCommon,
     pub counters: Counters,
@@ -67,15 +67,15 @@ fn step(c: &QpConfig, attr: QpAttr) -> QpConfig {
 }
 
 impl Rig {
-    pub fn new(qp_type: QpType, rts: Rts) -> Rig {
+    fn new(qp_type: QpType, rts: Rts) -> Rig {
         Rig::with_init(QpInit::new(qp_type, 1), rts)
     }
 
-    pub fn rc() -> Rig {
+    fn rc() -> Rig {
         Rig::new(QpType::Rc, Rts::default())
     }
 
-    pub fn with_init(init: QpInit, rts: Rts) -> Rig {
+    fn with_init(init: QpInit, rts: Rts) -> Rig {
         let qp_type = init.qp_type;
         let caps = QpCaps::default();
         let mut config = if qp_type == QpType::Gsi {
@@ -149,20 +149,20 @@ impl Rig {
         }
     }
 
-    pub fn mtu(&self) -> usize {
+    fn mtu(&self) -> usize {
         self.common.mtu() as usize
     }
 
     /// The source bytes `off..off + len`.
-    pub fn src_bytes(&self, off: usize, len: usize) -> Vec<u8> {
+    fn src_bytes(&self, off: usize, len: usize) -> Vec<u8> {
         self.mem.bytes(self.src).unwrap()[off..off + len].to_vec()
     }
 
-    pub fn dst_bytes(&self, off: usize, len: usize) -> Vec<u8> {
+    fn dst_bytes(&self, off: usize, len: usize) -> Vec<u8> {
         self.mem.bytes(self.dst).unwrap()[off..off + len].to_vec()
     }
 
-    pub fn src_sge(&self, off: u64, len: u32) -> Sge {
+    fn src_sge(&self, off: u64, len: u32) -> Sge {
         Sge {
             addr: SRC_VA + off,
             length: len,
@@ -170,7 +170,7 @@ impl Rig {
         }
     }
 
-    pub fn dst_sge(&self, off: u64, len: u32) -> Sge {
+    fn dst_sge(&self, off: u64, len: u32) -> Sge {
         Sge {
             addr: DST_VA + off,
             length: len,
@@ -179,7 +179,7 @@ impl Rig {
     }
 
     /// A signaled work request `wr_id` of `op` over `sges`.
-    pub fn wr(&self, wr_id: u64, op: SendOp, sges: Vec<Sge>) -> SendWr {
+    fn wr(&self, wr_id: u64, op: SendOp, sges: Vec<Sge>) -> SendWr {
         let ud = self.common.qp_type().is_datagram().then_some(UdDest {
             av: AddressVector {
                 hop_limit: 9,
@@ -199,14 +199,14 @@ impl Rig {
         }
     }
 
-    pub fn post(&mut self, wr: SendWr) -> Result<(), PostError> {
+    fn post(&mut self, wr: SendWr) -> Result<(), PostError> {
         let r = self.req.post_send(&self.common, wr);
         self.after();
         r
     }
 
     /// What the endpoint does after every call.
-    pub fn after(&mut self) {
+    fn after(&mut self) {
         if self.common.take_flush() {
             self.req.flush(&mut self.common);
         }
@@ -219,7 +219,7 @@ impl Rig {
     }
 
     /// The next packet the requester sends, as bytes.
-    pub fn tx(&mut self) -> Option<Vec<u8>> {
+    fn tx(&mut self) -> Option<Vec<u8>> {
         let mut buf = vec![0u8; 4096 + 128];
         let t = self.req.poll_transmit(
             &mut self.common,
@@ -236,7 +236,7 @@ impl Rig {
     }
 
     /// Every packet the requester sends now.
-    pub fn drain(&mut self) -> Vec<Vec<u8>> {
+    fn drain(&mut self) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
         while let Some(p) = self.tx() {
             out.push(p);
@@ -245,7 +245,7 @@ impl Rig {
         out
     }
 
-    pub fn rx(&mut self, bytes: &[u8]) {
+    fn rx(&mut self, bytes: &[u8]) {
         let pkt = TransportRepr::parse(bytes).expect("a response that parses");
         self.req.handle_response(
             &mut self.common,
@@ -258,7 +258,7 @@ impl Rig {
     }
 
     /// Moves the clock to `t`, firing the timers due.
-    pub fn advance_to(&mut self, t: Instant) {
+    fn advance_to(&mut self, t: Instant) {
         self.now = t;
         if self.req.poll_timeout().is_some_and(|d| d <= t) {
             self.req
@@ -267,27 +267,27 @@ impl Rig {
         }
     }
 
-    pub fn advance(&mut self, d: Duration) {
+    fn advance(&mut self, d: Duration) {
         self.advance_to(self.now.saturating_add(d));
     }
 
     /// Fires the next timer, moving the clock to it.
-    pub fn fire(&mut self) -> Instant {
+    fn fire(&mut self) -> Instant {
         let t = self.req.poll_timeout().expect("a timer is running");
         self.advance_to(t);
         t
     }
 
-    pub fn take_wcs(&mut self) -> Vec<(u64, WcStatus)> {
+    fn take_wcs(&mut self) -> Vec<(u64, WcStatus)> {
         self.wcs.drain(..).map(|w| (w.wr_id, w.status)).collect()
     }
 }
 
-pub fn parse(bytes: &[u8]) -> TransportPacket<'_> {
+fn parse(bytes: &[u8]) -> TransportPacket<'_> {
     TransportRepr::parse(bytes).expect("a packet that parses")
 }
 
-pub fn psn_of(bytes: &[u8]) -> u32 {
+fn psn_of(bytes: &[u8]) -> u32 {
     parse(bytes).repr.bth.psn
 }
 
@@ -318,16 +318,16 @@ fn aeth(syndrome: Syndrome) -> ExtReprs {
 }
 
 /// An RC Acknowledge with `syndrome` for `psn`.
-pub fn ack_with(psn: u32, syndrome: Syndrome) -> Vec<u8> {
+fn ack_with(psn: u32, syndrome: Syndrome) -> Vec<u8> {
     response(Opcode::RC_ACKNOWLEDGE, psn & 0xff_ffff, aeth(syndrome), &[])
 }
 
-pub fn ack(psn: u32) -> Vec<u8> {
+fn ack(psn: u32) -> Vec<u8> {
     ack_with(psn, Syndrome::ACK_CREDITS_INVALID)
 }
 
 /// A READ response packet of `opcode` (FIRST/MIDDLE/LAST/ONLY).
-pub fn read_resp(opcode: Opcode, psn: u32, payload: &[u8]) -> Vec<u8> {
+fn read_resp(opcode: Opcode, psn: u32, payload: &[u8]) -> Vec<u8> {
     let ext = if opcode == Opcode::RC_RDMA_READ_RESPONSE_MIDDLE {
         ExtReprs::default()
     } else {
@@ -336,7 +336,7 @@ pub fn read_resp(opcode: Opcode, psn: u32, payload: &[u8]) -> Vec<u8> {
     response(opcode, psn & 0xff_ffff, ext, payload)
 }
 
-pub fn atomic_ack(psn: u32, orig: u64) -> Vec<u8> {
+fn atomic_ack(psn: u32, orig: u64) -> Vec<u8> {
     let mut ext = aeth(Syndrome::ACK_CREDITS_INVALID);
     ext.atomic_ack_eth = Some(AtomicAckEthRepr { orig_data: orig });
     response(Opcode::RC_ATOMIC_ACKNOWLEDGE, psn & 0xff_ffff, ext, &[])
