@@ -221,6 +221,30 @@ fn rwr(wr_id: u64, key: Key, va: u64, len: u32) -> RecvWr {
     }
 }
 
+/// An endpoint whose RC and UD QPs (`setup_on`) share one SRQ that holds
+/// `n` receives (wr_id 0, 1, ...) of `len` bytes, all into one LOCAL_WRITE
+/// region at 0x1000 in the QPs' PD; returns it with its memory, the SRQ
+/// number and the two QPNs.
+fn srq_with_recvs(n: u64, len: u32) -> (Endpoint, VecMemory, u32, u32, u32) {
+    let mut ep = Endpoint::new(QpCaps::default());
+    let srqn = ep.create_srq(SrqInit::new(1)).unwrap();
+    let (rc, ud) = setup_on(&mut ep, Some(srqn));
+    let mut mem = VecMemory::new();
+    let k = mem
+        .register_bytes(1, 0x1000, vec![0; len as usize], AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    for i in 0..n {
+        ep.post_srq_recv(srqn, rwr(i, k, 0x1000, len)).unwrap();
+    }
+    (ep, mem, srqn, rc, ud)
+}
+
+/// The first packet of a SEND to `qpn` (at its expected PSN, 100): the
+/// receive it takes stays taken while the message is in progress.
+fn start_send(ep: &mut Endpoint, mem: &mut VecMemory, qpn: u32) {
+    rc_send(ep, mem, qpn, 100, Opcode::RC_SEND_FIRST, &[1; 1024]);
+}
+
 fn completions(ep: &mut Endpoint) -> Vec<WorkCompletion> {
     std::iter::from_fn(|| ep.poll_completion()).collect()
 }
@@ -447,16 +471,7 @@ fn ud_and_rc_qps_share_one_srq_in_posting_order() {
 
 #[test]
 fn srq_limit_event_fires_once_and_disarms() {
-    let mut ep = Endpoint::new(QpCaps::default());
-    let srqn = ep.create_srq(SrqInit::new(1)).unwrap();
-    let (rc, ud) = setup_on(&mut ep, Some(srqn));
-    let mut mem = VecMemory::new();
-    let k = mem
-        .register_bytes(1, 0x1000, vec![0; 256], AccessFlags::LOCAL_WRITE)
-        .unwrap();
-    for i in 0..6 {
-        ep.post_srq_recv(srqn, rwr(i, k, 0x1000, 256)).unwrap();
-    }
+    let (mut ep, mut mem, srqn, rc, ud) = srq_with_recvs(6, 256);
     ep.modify_srq(srqn, None, Some(4)).unwrap();
     ud_send(&mut ep, &mut mem, ud, b"a"); // 5 left
     ud_send(&mut ep, &mut mem, ud, b"b"); // 4 left
@@ -484,25 +499,9 @@ fn srq_limit_event_fires_once_and_disarms() {
 
 #[test]
 fn qp_error_flushes_only_its_taken_wqe_and_raises_last_wqe_reached_once() {
-    let mut ep = Endpoint::new(QpCaps::default());
-    let srqn = ep.create_srq(SrqInit::new(1)).unwrap();
-    let (rc, ud) = setup_on(&mut ep, Some(srqn));
-    let mut mem = VecMemory::new();
-    let k = mem
-        .register_bytes(1, 0x1000, vec![0; 4096], AccessFlags::LOCAL_WRITE)
-        .unwrap();
-    for i in 0..3 {
-        ep.post_srq_recv(srqn, rwr(i, k, 0x1000, 4096)).unwrap();
-    }
+    let (mut ep, mut mem, srqn, rc, ud) = srq_with_recvs(3, 4096);
     // The RC QP takes WQE 0 for a message still in progress.
-    rc_send(
-        &mut ep,
-        &mut mem,
-        rc,
-        100,
-        Opcode::RC_SEND_FIRST,
-        &[1; 1024],
-    );
+    start_send(&mut ep, &mut mem, rc);
     events(&mut ep);
     to_state(&mut ep, rc, QpState::Error);
     let got: Vec<_> = completions(&mut ep)
@@ -565,24 +564,8 @@ fn qp_error_flushes_only_its_taken_wqe_and_raises_last_wqe_reached_once() {
 
 #[test]
 fn reset_or_destroy_mid_message_gives_the_wqe_back_to_the_srq() {
-    let mut ep = Endpoint::new(QpCaps::default());
-    let srqn = ep.create_srq(SrqInit::new(1)).unwrap();
-    let (rc, ud) = setup_on(&mut ep, Some(srqn));
-    let mut mem = VecMemory::new();
-    let k = mem
-        .register_bytes(1, 0x1000, vec![0; 4096], AccessFlags::LOCAL_WRITE)
-        .unwrap();
-    for i in 0..2 {
-        ep.post_srq_recv(srqn, rwr(i, k, 0x1000, 4096)).unwrap();
-    }
-    rc_send(
-        &mut ep,
-        &mut mem,
-        rc,
-        100,
-        Opcode::RC_SEND_FIRST,
-        &[1; 1024],
-    );
+    let (mut ep, mut mem, srqn, rc, ud) = srq_with_recvs(2, 4096);
+    start_send(&mut ep, &mut mem, rc);
     assert_eq!(ep.query_srq(srqn).unwrap().queued, 1);
     to_state(&mut ep, rc, QpState::Reset);
     assert_eq!(ep.query_srq(srqn).unwrap().queued, 2);
@@ -592,14 +575,7 @@ fn reset_or_destroy_mid_message_gives_the_wqe_back_to_the_srq() {
     assert_eq!(completions(&mut ep)[0].wr_id, 0);
     // Destroyed mid-message: the same.
     let (rc2, _) = setup_on(&mut ep, Some(srqn));
-    rc_send(
-        &mut ep,
-        &mut mem,
-        rc2,
-        100,
-        Opcode::RC_SEND_FIRST,
-        &[1; 1024],
-    );
+    start_send(&mut ep, &mut mem, rc2);
     assert_eq!(ep.query_srq(srqn).unwrap().queued, 0);
     ep.destroy_qp(rc2).unwrap();
     assert_eq!(ep.query_srq(srqn).unwrap().queued, 1);

@@ -220,9 +220,16 @@ impl Responder {
             .count()
     }
 
-    fn rd_atomic_allowed(&self, common: &QpCommon) -> bool {
+    /// A READ or an atomic runs only if the QP enables `right` and fewer
+    /// than `max_dest_rd_atomic` of them are outstanding; otherwise it is
+    /// NAK Invalid Request.
+    fn admit_rd_atomic(&self, common: &QpCommon, right: AccessFlags) -> Result<(), Fail> {
         let max = common.config.attrs().max_dest_rd_atomic.unwrap_or(0);
-        self.outstanding() < usize::from(max)
+        if qp_allows(common, right) && self.outstanding() < usize::from(max) {
+            Ok(())
+        } else {
+            Err(Fail::Nak(NakCode::InvalidRequest))
+        }
     }
 
     fn exec_read(
@@ -231,10 +238,8 @@ impl Responder {
         pkt: &TransportPacket<'_>,
         mem: &mut dyn MemoryAccess,
     ) -> Result<u32, Fail> {
+        self.admit_rd_atomic(common, AccessFlags::REMOTE_READ)?;
         let invalid = Fail::Nak(NakCode::InvalidRequest);
-        if !qp_allows(common, AccessFlags::REMOTE_READ) || !self.rd_atomic_allowed(common) {
-            return Err(invalid);
-        }
         let reth = pkt.repr.ext.reth.ok_or(invalid)?;
         if u64::from(reth.dma_len) > MAX_MESSAGE {
             return Err(invalid);
@@ -280,10 +285,8 @@ impl Responder {
         pkt: &TransportPacket<'_>,
         mem: &mut dyn MemoryAccess,
     ) -> Result<u32, Fail> {
+        self.admit_rd_atomic(common, AccessFlags::REMOTE_ATOMIC)?;
         let invalid = Fail::Nak(NakCode::InvalidRequest);
-        if !qp_allows(common, AccessFlags::REMOTE_ATOMIC) || !self.rd_atomic_allowed(common) {
-            return Err(invalid);
-        }
         let a = pkt.repr.ext.atomic_eth.ok_or(invalid)?;
         let op = if pkt.info.operation == Operation::CompareSwap {
             AtomicOp::CmpSwap {

@@ -199,6 +199,13 @@ impl Rig {
         }
     }
 
+    /// Posts a signaled SEND of the first `len` bytes of the source
+    /// buffer, which must be accepted.
+    fn post_send(&mut self, wr_id: u64, len: u32) {
+        let wr = self.wr(wr_id, SendOp::Send, vec![self.src_sge(0, len)]);
+        self.post(wr).unwrap();
+    }
+
     fn post(&mut self, wr: SendWr) -> Result<(), PostError> {
         let r = self.req.post_send(&self.common, wr);
         self.after();
@@ -523,8 +530,7 @@ mod requester {
                 ..Rts::default()
             },
         );
-        r.post(r.wr(1, SendOp::Send, vec![r.src_sge(0, 3 * M as u32)]))
-            .unwrap();
+        r.post_send(1, 3 * M as u32);
         let read = SendOp::RdmaRead {
             remote_addr: 0,
             rkey: 1,
@@ -768,8 +774,7 @@ mod requester {
     #[test]
     fn bad_lkey_is_a_local_protection_error_in_order() {
         let mut r = Rig::rc();
-        r.post(r.wr(1, SendOp::Send, vec![r.src_sge(0, 10)]))
-            .unwrap();
+        r.post_send(1, 10);
         let mut bad = r.src_sge(0, 10);
         bad.lkey ^= 1;
         r.post(r.wr(2, SendOp::Send, vec![bad])).unwrap();
@@ -844,8 +849,7 @@ mod requester {
                 },
             );
             let t = local_ack_timeout(10).unwrap();
-            r.post(r.wr(1, SendOp::Send, vec![r.src_sge(0, 2 * M as u32)]))
-                .unwrap();
+            r.post_send(1, 2 * M as u32);
             r.post(r.wr(2, SendOp::Send, vec![])).unwrap();
             assert_eq!(r.drain().len(), 3);
             // The first packet is acknowledged; the rest is lost for ever.
@@ -896,8 +900,7 @@ mod requester {
                 ..Rts::default()
             },
         );
-        r.post(r.wr(1, SendOp::Send, vec![r.src_sge(0, 3 * M as u32)]))
-            .unwrap();
+        r.post_send(1, 3 * M as u32);
         r.drain();
         for acked in 100..102 {
             r.fire();
@@ -922,8 +925,7 @@ mod requester {
             },
         );
         let t = local_ack_timeout(10).unwrap();
-        r.post(r.wr(1, SendOp::Send, vec![r.src_sge(0, 3 * M as u32)]))
-            .unwrap();
+        r.post_send(1, 3 * M as u32);
         r.drain();
         let first = r.fire();
         r.drain();
@@ -974,8 +976,7 @@ mod requester {
     fn ack_req_within_long_messages() {
         let mut r = Rig::rc();
         let len = (ACK_REQ_INTERVAL as usize * 2 + 5) * M;
-        r.post(r.wr(1, SendOp::Send, vec![r.src_sge(0, len as u32)]))
-            .unwrap();
+        r.post_send(1, len as u32);
         let asks: Vec<usize> = r
             .drain()
             .iter()
@@ -1022,8 +1023,7 @@ mod requester {
     #[test]
     fn sqd_stops_new_requests_and_reports_drained_once() {
         let mut r = Rig::rc();
-        r.post(r.wr(1, SendOp::Send, vec![r.src_sge(0, 2 * M as u32)]))
-            .unwrap();
+        r.post_send(1, 2 * M as u32);
         r.post(r.wr(2, SendOp::Send, vec![])).unwrap();
         assert!(r.tx().is_some());
         let sqd = QpAttr {
@@ -1062,8 +1062,7 @@ mod requester {
                 ..Rts::default()
             },
         );
-        r.post(r.wr(1, SendOp::Send, vec![r.src_sge(0, 4097)]))
-            .unwrap();
+        r.post_send(1, 4097);
         let pkts = r.drain();
         assert_eq!(pkts.len(), 2);
         assert_eq!(parse(&pkts[1]).payload.len(), 1);
@@ -1078,7 +1077,6 @@ mod completer {
     use super::*;
     use crate::transport::counters::Counter;
     use crate::transport::qp::{rnr_timer, AccessFlags};
-    use crate::transport::wr::SendWr;
     use crate::wire::NakCode;
     use crate::wire::Opcode;
 
@@ -1093,8 +1091,7 @@ mod completer {
 
     fn sends(r: &mut Rig, n: u64, len: u32) {
         for i in 1..=n {
-            let wr: SendWr = r.wr(i, SendOp::Send, vec![r.src_sge(0, len)]);
-            r.post(wr).unwrap();
+            r.post_send(i, len);
         }
     }
 
