@@ -4,6 +4,7 @@
 use super::*;
 use crate::transport::memory::{Key, VecMemory};
 use crate::transport::qp::{AccessFlags, AddressVector, PathMtu};
+use crate::transport::test_packet;
 use crate::transport::wr::{Sge, WcOpcode, WcStatus, WorkQueue};
 use crate::transport::Psn;
 use crate::wire::{AethRepr, BthRepr, DethRepr, ExtReprs, Opcode, Syndrome};
@@ -75,16 +76,8 @@ fn setup_on(ep: &mut Endpoint, srq: Option<u32>) -> (u32, u32) {
 
 fn ack_to(qpn: u32, pkey: u16) -> Vec<u8> {
     let bth = BthRepr {
-        opcode: Opcode::RC_ACKNOWLEDGE,
-        solicited: false,
-        mig_req: false,
-        pad_count: 0,
         pkey,
-        fecn: false,
-        becn: false,
-        dest_qp: qpn,
-        ack_req: false,
-        psn: 5,
+        ..test_packet::bth(Opcode::RC_ACKNOWLEDGE, qpn, 5)
     };
     let ext = ExtReprs {
         aeth: Some(AethRepr {
@@ -93,10 +86,7 @@ fn ack_to(qpn: u32, pkey: u16) -> Vec<u8> {
         }),
         ..Default::default()
     };
-    let t = TransportRepr::new(bth, ext, 0);
-    let mut buf = vec![0; t.buffer_len().unwrap()];
-    t.emit(&mut buf, &[]).unwrap();
-    buf
+    test_packet::emit(bth, ext, &[])
 }
 
 #[test]
@@ -166,21 +156,10 @@ fn qpns_skip_the_special_ones_and_gsi_is_qp1() {
 /// A request packet to `qpn`.
 fn request(qpn: u32, opcode: Opcode, psn: u32, ext: ExtReprs, payload: &[u8]) -> Vec<u8> {
     let bth = BthRepr {
-        opcode,
-        solicited: false,
-        mig_req: false,
-        pad_count: 0,
-        pkey: 0xffff,
-        fecn: false,
-        becn: false,
-        dest_qp: qpn,
         ack_req: true,
-        psn,
+        ..test_packet::bth(opcode, qpn, psn)
     };
-    let t = TransportRepr::new(bth, ext, payload.len());
-    let mut buf = vec![0; t.buffer_len().unwrap()];
-    t.emit(&mut buf, payload).unwrap();
-    buf
+    test_packet::emit(bth, ext, payload)
 }
 
 fn rc_send(

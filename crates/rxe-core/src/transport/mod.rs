@@ -40,6 +40,8 @@ mod psn;
 mod qp;
 mod recv;
 mod send;
+#[cfg(test)]
+mod test_packet;
 mod time;
 mod wr;
 

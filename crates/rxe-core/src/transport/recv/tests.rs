@@ -12,6 +12,7 @@ use crate::transport::qp::{
     modify, AccessFlags, AddressVector, AsyncEvent, PathMtu, QpAttr, QpCaps, QpCommon, QpConfig,
     QpInit, QpState, QpType, GSI_QKEY,
 };
+use crate::transport::test_packet;
 use crate::transport::time::Instant;
 use crate::transport::wr::{RecvWr, Sge, WcOpcode, WcStatus, WorkCompletion, WorkQueue};
 use crate::wire::{
@@ -227,21 +228,10 @@ impl H {
 
 fn pkt(op: Opcode, psn: u32, ack_req: bool, ext: ExtReprs, payload: &[u8]) -> Vec<u8> {
     let bth = BthRepr {
-        opcode: op,
-        solicited: false,
-        mig_req: false,
-        pad_count: 0,
-        pkey: 0xffff,
-        fecn: false,
-        becn: false,
-        dest_qp: QPN,
         ack_req,
-        psn,
+        ..test_packet::bth(op, QPN, psn)
     };
-    let repr = TransportRepr::new(bth, ext, payload.len());
-    let mut buf = vec![0u8; repr.buffer_len().unwrap()];
-    repr.emit(&mut buf, payload).unwrap();
-    buf
+    test_packet::emit(bth, ext, payload)
 }
 
 fn none() -> ExtReprs {

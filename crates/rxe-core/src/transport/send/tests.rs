@@ -12,10 +12,11 @@ use crate::transport::qp::{
     modify, AccessFlags, AddressVector, AsyncEvent, PathMtu, QpAttr, QpCaps, QpCommon, QpConfig,
     QpInit, QpState, QpType,
 };
+use crate::transport::test_packet;
 use crate::transport::time::Instant;
 use crate::transport::wr::{SendData, SendOp, SendWr, Sge, UdDest, WcStatus, WorkCompletion};
 use crate::wire::{
-    AethRepr, AtomicAckEthRepr, BthRepr, ExtReprs, Opcode, Syndrome, TransportPacket, TransportRepr,
+    AethRepr, AtomicAckEthRepr, ExtReprs, Opcode, Syndrome, TransportPacket, TransportRepr,
 };
 use core::time::Duration;
 
@@ -299,22 +300,7 @@ fn psn_of(bytes: &[u8]) -> u32 {
 }
 
 fn response(opcode: Opcode, psn: u32, ext: ExtReprs, payload: &[u8]) -> Vec<u8> {
-    let bth = BthRepr {
-        opcode,
-        solicited: false,
-        mig_req: false,
-        pad_count: 0,
-        pkey: 0xffff,
-        fecn: false,
-        becn: false,
-        dest_qp: 0x11,
-        ack_req: false,
-        psn,
-    };
-    let t = TransportRepr::new(bth, ext, payload.len());
-    let mut buf = vec![0; t.buffer_len().unwrap()];
-    t.emit(&mut buf, payload).unwrap();
-    buf
+    test_packet::emit(test_packet::bth(opcode, 0x11, psn), ext, payload)
 }
 
 fn aeth(syndrome: Syndrome) -> ExtReprs {
