@@ -183,6 +183,17 @@ impl H {
         self.feed(&pkt(op, psn, ack_req, ext, payload));
     }
 
+    /// Feeds an RDMA READ request (AckReq set) for `len` bytes at `va`.
+    fn read_req(&mut self, psn: u32, rkey: Key, va: u64, len: u32) {
+        self.rx(
+            Opcode::RC_RDMA_READ_REQUEST,
+            psn,
+            true,
+            reth(va, rkey, len),
+            b"",
+        );
+    }
+
     fn feed(&mut self, bytes: &[u8]) {
         let pkt = TransportRepr::parse(bytes).unwrap();
         self.resp.handle_request(
@@ -835,13 +846,7 @@ fn operations_the_qp_does_not_enable_are_invalid_requests() {
 
     let mut h = H::with(QpType::Rc, AccessFlags::REMOTE_WRITE, 4, RQ_PSN);
     let (k, va) = h.region(64, 0, ALL);
-    h.rx(
-        Opcode::RC_RDMA_READ_REQUEST,
-        RQ_PSN,
-        true,
-        reth(va, k, 4),
-        b"",
-    );
+    h.read_req(RQ_PSN, k, va, 4);
     assert_ack(&h.out()[0], RQ_PSN, nak(NakCode::InvalidRequest), 0);
 
     let mut h = H::with(QpType::Rc, AccessFlags::REMOTE_READ, 4, RQ_PSN);
@@ -933,13 +938,7 @@ fn filled(h: &mut H, len: usize) -> (Key, u64, Vec<u8>) {
 fn read_responses_first_middle_last_with_psns_and_aeth() {
     let mut h = H::new(QpType::Rc);
     let (k, va, data) = filled(&mut h, 1000);
-    h.rx(
-        Opcode::RC_RDMA_READ_REQUEST,
-        RQ_PSN,
-        true,
-        reth(va + 10, k, 600),
-        b"",
-    );
+    h.read_req(RQ_PSN, k, va + 10, 600);
     assert_eq!(h.resp.expected_psn(), Psn::new(RQ_PSN + 3));
     let out = h.out();
     let ops: Vec<_> = out.iter().map(|o| o.0.bth.opcode).collect();
@@ -979,22 +978,10 @@ fn read_responses_first_middle_last_with_psns_and_aeth() {
 fn duplicate_read_is_reexecuted_from_its_psn() {
     let mut h = H::new(QpType::Rc);
     let (k, va, data) = filled(&mut h, 1000);
-    h.rx(
-        Opcode::RC_RDMA_READ_REQUEST,
-        RQ_PSN,
-        true,
-        reth(va, k, 600),
-        b"",
-    );
+    h.read_req(RQ_PSN, k, va, 600);
     assert_eq!(h.out().len(), 3);
     // The requester lost the last two and asks for the rest.
-    h.rx(
-        Opcode::RC_RDMA_READ_REQUEST,
-        RQ_PSN + 1,
-        true,
-        reth(va + MTU as u64, k, 600 - MTU as u32),
-        b"",
-    );
+    h.read_req(RQ_PSN + 1, k, va + MTU as u64, 600 - MTU as u32);
     let out = h.out();
     let ops: Vec<_> = out.iter().map(|o| (o.0.bth.opcode, o.0.bth.psn)).collect();
     assert_eq!(
@@ -1010,29 +997,11 @@ fn duplicate_read_is_reexecuted_from_its_psn() {
     assert_eq!(h.cnt.get(Counter::DuplicateRequest), 1);
 
     // Outside the original range: dropped.
-    h.rx(
-        Opcode::RC_RDMA_READ_REQUEST,
-        RQ_PSN + 1,
-        true,
-        reth(va, k, 700),
-        b"",
-    );
+    h.read_req(RQ_PSN + 1, k, va, 700);
     assert!(h.out().is_empty());
     // A duplicate while the first answer is still queued restarts it.
-    h.rx(
-        Opcode::RC_RDMA_READ_REQUEST,
-        RQ_PSN,
-        true,
-        reth(va, k, 600),
-        b"",
-    );
-    h.rx(
-        Opcode::RC_RDMA_READ_REQUEST,
-        RQ_PSN,
-        true,
-        reth(va, k, 600),
-        b"",
-    );
+    h.read_req(RQ_PSN, k, va, 600);
+    h.read_req(RQ_PSN, k, va, 600);
     assert_eq!(h.out().len(), 3);
     assert_eq!(h.c.state(), QpState::Rtr);
 }
@@ -1042,13 +1011,7 @@ fn responses_keep_psn_order_with_acks() {
     let mut h = H::new(QpType::Rc);
     let (k, va, _) = filled(&mut h, 1000);
     h.recv(1, 64);
-    h.rx(
-        Opcode::RC_RDMA_READ_REQUEST,
-        RQ_PSN,
-        true,
-        reth(va, k, 300),
-        b"",
-    );
+    h.read_req(RQ_PSN, k, va, 300);
     h.rx(Opcode::RC_SEND_ONLY, RQ_PSN + 2, true, none(), b"s");
     let out = h.out();
     let ops: Vec<_> = out.iter().map(|o| (o.0.bth.opcode, o.0.bth.psn)).collect();
@@ -1067,20 +1030,8 @@ fn responses_keep_psn_order_with_acks() {
 fn more_reads_than_max_dest_rd_atomic_is_invalid_request() {
     let mut h = H::with(QpType::Rc, ALL, 1, RQ_PSN);
     let (k, va, _) = filled(&mut h, 64);
-    h.rx(
-        Opcode::RC_RDMA_READ_REQUEST,
-        RQ_PSN,
-        true,
-        reth(va, k, 8),
-        b"",
-    );
-    h.rx(
-        Opcode::RC_RDMA_READ_REQUEST,
-        RQ_PSN + 1,
-        true,
-        reth(va, k, 8),
-        b"",
-    );
+    h.read_req(RQ_PSN, k, va, 8);
+    h.read_req(RQ_PSN + 1, k, va, 8);
     let out = h.out();
     assert_eq!(out.len(), 1, "in ERR only the NAK still goes out");
     assert_ack(&out[0], RQ_PSN + 1, nak(NakCode::InvalidRequest), 1);
@@ -1090,13 +1041,7 @@ fn more_reads_than_max_dest_rd_atomic_is_invalid_request() {
     let mut h = H::with(QpType::Rc, ALL, 1, RQ_PSN);
     let (k, va, _) = filled(&mut h, 64);
     for i in 0..3 {
-        h.rx(
-            Opcode::RC_RDMA_READ_REQUEST,
-            RQ_PSN + i,
-            true,
-            reth(va, k, 8),
-            b"",
-        );
+        h.read_req(RQ_PSN + i, k, va, 8);
         assert_eq!(h.out().len(), 1);
     }
     assert_eq!(h.c.state(), QpState::Rtr);
@@ -1106,13 +1051,7 @@ fn more_reads_than_max_dest_rd_atomic_is_invalid_request() {
 fn read_access_error() {
     let mut h = H::new(QpType::Rc);
     let (k, va) = h.region(64, 0, AccessFlags::REMOTE_WRITE);
-    h.rx(
-        Opcode::RC_RDMA_READ_REQUEST,
-        RQ_PSN,
-        true,
-        reth(va, k, 8),
-        b"",
-    );
+    h.read_req(RQ_PSN, k, va, 8);
     assert_ack(&h.out()[0], RQ_PSN, nak(NakCode::RemoteAccessError), 0);
     assert_eq!(h.c.state(), QpState::Error);
 }
@@ -1121,13 +1060,7 @@ fn read_access_error() {
 fn region_gone_while_read_responses_are_sent_is_a_nak() {
     let mut h = H::new(QpType::Rc);
     let (k, va, _) = filled(&mut h, 1000);
-    h.rx(
-        Opcode::RC_RDMA_READ_REQUEST,
-        RQ_PSN,
-        true,
-        reth(va, k, 600),
-        b"",
-    );
+    h.read_req(RQ_PSN, k, va, 600);
     h.mem.deregister(k).unwrap();
     let out = h.out();
     assert_eq!(out.len(), 1);
