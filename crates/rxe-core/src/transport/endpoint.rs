@@ -9,7 +9,7 @@
 //! QP's responder and responses to its completer. Every packet it refuses
 //! is counted by reason.
 //!
-//! It also owns the port's shared receive queues ([`super::srq`]): SRQs by
+//! It also owns the port's shared receive queues ([`Srq`]): SRQs by
 //! number, each counting the QPs attached to it. A request for a QP
 //! attached to an SRQ reaches the responder with that SRQ (one more map
 //! lookup for that packet, by the number the QP names; no scan).
@@ -214,7 +214,7 @@ impl Endpoint {
             .init)
     }
 
-    /// Modify QP: checked by `qp_state::modify`; on success both sides see
+    /// Modify QP: checked by `qp::modify`; on success both sides see
     /// the transition (the responder takes its expected PSN on entering RTR,
     /// the requester its PSN on entering RTS), and a move to ERR flushes.
     /// A move to RESET forgets all work, as IBTA 10.3.1 says.

@@ -365,7 +365,7 @@ pub struct AltPath {
     pub av: AddressVector,
     pub pkey_index: u16,
     pub port_num: u8,
-    /// Local ACK timeout code on this path, as [`QpAttr::timeout`].
+    /// Local ACK timeout code on this path, as [`QpAttr::timeout`](super::QpAttr::timeout).
     pub timeout: u8,
 }
 

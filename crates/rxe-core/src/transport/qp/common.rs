@@ -25,7 +25,7 @@ pub struct QpInit {
     /// (`ibv_qp_init_attr.srq`), instead of a receive queue of its own;
     /// `max_recv_wr` and `max_recv_sge` are then unused. RC, UC and UD only.
     /// Receive buffers are checked in this QP's `pd`, not the SRQ's
-    /// (see [`super::srq`]).
+    /// (see [`Srq`](crate::transport::Srq)).
     pub srq: Option<u32>,
 }
 

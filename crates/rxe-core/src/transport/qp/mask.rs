@@ -301,7 +301,7 @@ pub struct QpAttr {
     pub av: Option<AddressVector>,
     /// Path MTU (RC, UC).
     pub path_mtu: Option<PathMtu>,
-    /// Local ACK timeout code, 0..=31: see [`local_ack_timeout`] (RC).
+    /// Local ACK timeout code, 0..=31: see [`local_ack_timeout`](super::local_ack_timeout) (RC).
     pub timeout: Option<u8>,
     /// Retries after a transport timeout or NAK sequence error, 0..=7 (RC).
     pub retry_cnt: Option<u8>,
@@ -315,7 +315,7 @@ pub struct QpAttr {
     /// Alternate path (RC, UC).
     pub alt_path: Option<AltPath>,
     /// RNR NAK timer code the responder sends, 0..=31: see
-    /// [`rnr_timer`] (RC).
+    /// [`rnr_timer`](super::rnr_timer) (RC).
     pub min_rnr_timer: Option<u8>,
     /// First PSN of the send side.
     pub sq_psn: Option<Psn>,

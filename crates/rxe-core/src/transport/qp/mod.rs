@@ -8,7 +8,7 @@
 //!   mask that says which of them it sets.
 //! - [`table`]: the IBTA table of transitions and of the attributes each
 //!   one requires and allows.
-//! - [`modify`]: Modify QP as a pure function over an immutable
+//! - [`modify`](mod@modify): Modify QP as a pure function over an immutable
 //!   [`QpConfig`]: the table, then the range checks.
 //! - [`common`]: [`QpInit`], [`QpCommon`] (identity, configuration,
 //!   completions, events, the fatal-error signal) and [`AsyncEvent`].

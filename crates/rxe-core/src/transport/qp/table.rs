@@ -1,6 +1,6 @@
 //! The Modify QP transition table: which transitions exist for each QP
 //! type and which attributes each one requires and which it allows (IBTA
-//! 10.3.1 for the states, 11.2.5.2 for Modify QP). [`super::modify`]
+//! 10.3.1 for the states, 11.2.5.2 for Modify QP). [`modify`](super::modify())
 //! checks a call against it.
 //!
 //! Its facts come from the IBTA's list of required and optional attributes
