@@ -4,9 +4,8 @@
 use super::*;
 use crate::transport::memory::{Key, VecMemory};
 use crate::transport::qp::{AccessFlags, AddressVector, PathMtu};
-use crate::transport::test_packet;
 use crate::transport::wr::{Sge, WcOpcode, WcStatus, WorkQueue};
-use crate::transport::Psn;
+use crate::transport::{test_packet, Psn};
 use crate::wire::{AethRepr, BthRepr, DethRepr, ExtReprs, Opcode, Syndrome};
 
 /// An endpoint with one RC QP in RTR (expecting PSN 100) and one UD QP

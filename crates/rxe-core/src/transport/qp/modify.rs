@@ -12,7 +12,6 @@
 //!   Q_Key: those belong to the verbs layer.
 
 use core::fmt;
-
 use core::time::Duration;
 
 use super::attr::{

@@ -5,6 +5,9 @@
 //! message. The choices these follow are in the [responder's
 //! documentation](super::responder).
 
+use super::queue::{scatter, total_len};
+use super::responder::{Fail, Msg, Out, Responder};
+use super::srq::Srq;
 use crate::transport::counters::{Counter, Counters};
 use crate::transport::io::RecvMeta;
 use crate::transport::memory::MemoryAccess;
@@ -12,10 +15,6 @@ use crate::transport::psn::{classify_request, Psn, RequestPsn};
 use crate::transport::qp::{QpCommon, QpType, GSI_QKEY};
 use crate::transport::wr::{WcOpcode, WcStatus, WorkCompletion, WorkQueue};
 use crate::wire::{grh, NakCode, Operation, Position, Syndrome, TransportPacket};
-
-use super::queue::{scatter, total_len};
-use super::responder::{Fail, Msg, Out, Responder};
-use super::srq::Srq;
 
 impl Responder {
     // ---- RC -------------------------------------------------------------

@@ -2,13 +2,12 @@
 //! expected one was executed already and is answered again without being
 //! executed twice, from what the responder resources saved.
 
+use super::resources::{Entry, Saved};
+use super::responder::{Out, ReadOut, Responder};
 use crate::transport::memory::{Key, MemoryAccess};
 use crate::transport::psn::Psn;
 use crate::transport::qp::{AccessFlags, QpCommon};
 use crate::wire::{Operation, Syndrome, TransportPacket};
-
-use super::resources::{Entry, Saved};
-use super::responder::{Out, ReadOut, Responder};
 
 impl Responder {
     /// A request already executed (IBTA 9.7.5.1.1): SEND and WRITE are

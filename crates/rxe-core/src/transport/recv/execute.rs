@@ -3,17 +3,16 @@
 //! WRITE, RDMA READ and atomics through [`MemoryAccess`], each gated by the
 //! QP's access flags and the memory's own checks.
 
+use super::queue::{scatter, MAX_MESSAGE};
+use super::resources::{Entry, Saved};
+use super::responder::{Fail, Msg, Out, ReadOut, Responder};
+use super::srq::Srq;
 use crate::transport::counters::{Counter, Counters};
 use crate::transport::memory::{AtomicOp, Key, MemoryAccess};
 use crate::transport::psn::Psn;
 use crate::transport::qp::{AccessFlags, QpCommon, QpType};
 use crate::transport::wr::{WcOpcode, WcStatus, WorkCompletion, WorkQueue};
 use crate::wire::{NakCode, Operation, Position, TransportPacket};
-
-use super::queue::{scatter, MAX_MESSAGE};
-use super::resources::{Entry, Saved};
-use super::responder::{Fail, Msg, Out, ReadOut, Responder};
-use super::srq::Srq;
 
 impl Responder {
     // ---- executing a request at the expected PSN (RC and UC) -------------

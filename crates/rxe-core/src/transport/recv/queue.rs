@@ -6,8 +6,7 @@ use std::collections::VecDeque;
 
 use crate::transport::error::PostError;
 use crate::transport::memory::{Key, MemoryAccess};
-use crate::transport::qp::QpCommon;
-use crate::transport::qp::{AccessFlags, QpState};
+use crate::transport::qp::{AccessFlags, QpCommon, QpState};
 use crate::transport::wr::{RecvWr, Sge, WcStatus};
 
 /// The largest message the IBTA allows, 2^31 bytes: a receive whose

@@ -58,6 +58,9 @@
 
 use std::collections::VecDeque;
 
+use super::queue::RecvQueue;
+use super::resources::Resources;
+use super::srq::Srq;
 use crate::transport::counters::Counters;
 use crate::transport::error::PostError;
 use crate::transport::io::{RecvMeta, Transmit};
@@ -71,10 +74,6 @@ use crate::wire::{
     pad_for, AethRepr, AtomicAckEthRepr, BthRepr, ExtReprs, NakCode, Opcode, Syndrome,
     TransportPacket, TransportRepr,
 };
-
-use super::queue::RecvQueue;
-use super::resources::Resources;
-use super::srq::Srq;
 
 /// Zeros for the payload slot of a READ response, which memory then fills
 /// in place (the largest path MTU).

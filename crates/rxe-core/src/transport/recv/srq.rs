@@ -35,8 +35,7 @@
 use std::collections::VecDeque;
 
 use super::queue::{total_len, MAX_MESSAGE};
-use crate::transport::error::EndpointError;
-use crate::transport::error::PostError;
+use crate::transport::error::{EndpointError, PostError};
 use crate::transport::wr::RecvWr;
 
 /// What an SRQ is created with (`ibv_srq_init_attr`).

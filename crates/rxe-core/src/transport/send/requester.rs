@@ -79,8 +79,7 @@ use crate::transport::error::PostError;
 use crate::transport::io::Transmit;
 use crate::transport::memory::MemoryAccess;
 use crate::transport::psn::Psn;
-use crate::transport::qp::{local_ack_timeout, AccessFlags, QpState, QpType};
-use crate::transport::qp::{AsyncEvent, QpCommon};
+use crate::transport::qp::{local_ack_timeout, AccessFlags, AsyncEvent, QpCommon, QpState, QpType};
 use crate::transport::time::Instant;
 use crate::transport::wr::{SendData, SendOp, SendWr, WcStatus, WorkCompletion, WorkQueue};
 

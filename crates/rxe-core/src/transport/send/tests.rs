@@ -3,6 +3,8 @@
 //! requester's tests post work and read the packets, the completer's feed
 //! responses back.
 
+use core::time::Duration;
+
 use super::requester::Requester;
 use crate::transport::counters::Counters;
 use crate::transport::error::PostError;
@@ -18,7 +20,6 @@ use crate::transport::wr::{SendData, SendOp, SendWr, Sge, UdDest, WcStatus, Work
 use crate::wire::{
     AethRepr, AtomicAckEthRepr, ExtReprs, Opcode, Syndrome, TransportPacket, TransportRepr,
 };
-use core::time::Duration;
 
 /// Virtual address of the source buffer (bytes `i as u8`) and of the
 /// LOCAL_WRITE destination buffer.
