@@ -4,9 +4,9 @@
 //! acknowledgements, READ responses and ATOMIC Acknowledges that
 //! `poll_transmit` then writes out, in PSN order.
 //!
-//! It follows the conventions of the [module documentation](super), section
-//! "Conventions the requester, completer and responder share". Choices
-//! beyond them:
+//! It follows the conventions of the [transport
+//! documentation](crate::transport), section "Conventions the requester,
+//! completer and responder share". Choices beyond them:
 //!
 //! - Outgoing responses sit in one queue in the order they were made, so an
 //!   ACK never overtakes the READ response or ATOMIC Acknowledge of an

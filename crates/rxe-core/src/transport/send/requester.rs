@@ -10,7 +10,7 @@
 //! (`completer.rs`) is the other half of the same state: it handles the
 //! responses and completes work requests.
 //!
-//! How a work request becomes packets lives in `send_queue.rs`.
+//! How a work request becomes packets lives in `segment.rs`.
 //!
 //! # Decisions, with their sources
 //!

@@ -18,7 +18,7 @@
 //!   IETH on SEND LAST/ONLY with invalidate; DETH on UD (IBTA 9.2, Table 38,
 //!   which `wire::opcode` encodes).
 //! - A UD work request whose Q_Key has the high bit set is sent with the
-//!   QP's own Q_Key (IBTA 10.2.5, as cited by `qp_attr::qkey_is_controlled`).
+//!   QP's own Q_Key (IBTA 10.2.5, as cited by `qp::qkey_is_controlled`).
 
 use crate::transport::memory::{Key, MemError, MemoryAccess};
 use crate::transport::psn::Psn;
