@@ -5,11 +5,12 @@
 //! field in words (the `describe` tables that `rxe dissect -v` prints).
 //! Everything here is pure: bytes in, bytes or values out.
 //!
-//! `transport` is the sans-IO transport engine that will drive QPs from
-//! packets and time values; so far it has PSN arithmetic and the QP state
-//! machine (Modify QP as a pure function).
+//! `transport` is the sans-IO transport engine: an `Endpoint` drives the
+//! QPs of one port (requester, completer and responder, kernel rxe's split)
+//! from packets and time values, with no sockets, threads or clock.
 
 #![forbid(unsafe_code)]
+#![warn(unreachable_pub)]
 
 pub mod transport;
 pub mod wire;

@@ -49,8 +49,8 @@ impl Pd {
         if attr.port_num != PORT {
             return Err(VerbsError::NoSuchPort(attr.port_num));
         }
-        if attr.flow_label > rxe_core::transport::qp_attr::MAX_FLOW_LABEL
-            || attr.sl > rxe_core::transport::qp_attr::MAX_SL
+        if attr.flow_label > rxe_core::transport::MAX_FLOW_LABEL
+            || attr.sl > rxe_core::transport::MAX_SL
         {
             return Err(VerbsError::InvalidArgument(
                 "flow label is 20 bits and SL 4 bits".into(),

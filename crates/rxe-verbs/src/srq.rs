@@ -5,8 +5,8 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use rxe_core::transport::srq::{SrqAttr, SrqInit};
 use rxe_core::transport::RecvWr;
+use rxe_core::transport::{SrqAttr, SrqInit};
 
 use crate::error::{ObjectKind, Result, VerbsError};
 use crate::pd::Pd;

@@ -45,7 +45,7 @@
 
 use core::ops::Range;
 
-use super::qp_attr::AccessFlags;
+use crate::transport::qp::AccessFlags;
 use crate::wire::aeth::NakCode;
 
 /// An L_Key or R_Key: a 24-bit index and an 8-bit key portion.

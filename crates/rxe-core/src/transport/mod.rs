@@ -1,16 +1,48 @@
 //! The transport engine, sans-IO: packets and time values in, packets and
 //! deadlines out, with no sockets, threads, clocks or global state.
 //!
-//! So far it holds the two pieces everything else stands on:
+//! # Layout
 //!
-//! - [`psn`]: 24-bit packet sequence numbers, their wrap-around arithmetic,
+//! The folders follow kernel rxe's split of a QP into a requester, a
+//! completer and a responder; the files beside them are what every part
+//! uses.
+//!
+//! - `endpoint`: the engine of one port (quinn-proto's shape: `handle`,
+//!   `poll_transmit`, `poll_timeout`, `handle_timeout`): QPs and SRQs by
+//!   number, the checks common to every QP, the routing of requests to the
+//!   responder and of responses to the completer.
+//! - `qp`: what a QP is apart from its two directions: attribute values,
+//!   the Modify QP mask, the IBTA transition table, Modify QP as a pure
+//!   function, and the state both directions share (`QpCommon`).
+//! - `send`: the requester (work requests to request packets:
+//!   segmentation, PSNs, the window, timers, RNR waits) and the completer
+//!   (responses to completions).
+//! - `recv`: the responder (request packets checked, executed and
+//!   answered, duplicates included), the receive queue, the responder
+//!   resources and the shared receive queues.
+//! - `memory`: keys, regions and the memory trait the engine reads and
+//!   writes through, with its checks.
+//! - `psn`: 24-bit packet sequence numbers, their wrap-around arithmetic,
 //!   the half-space comparison that requesters and responders use, and the
 //!   responder's classification of a request PSN (expected, duplicate, ahead).
-//! - [`qp_attr`] and [`qp_state`]: QP types, states and attributes, and
-//!   Modify QP as a pure function that enforces the IBTA table of required and
-//!   optional attributes per transition, with typed errors.
-//! - [`srq`]: shared receive queues, which the endpoint owns and passes to
-//!   the responder of each QP attached to one (`QpInit::srq`).
+//! - `wr`: work requests and work completions; `io`: what crosses the
+//!   sans-IO boundary with a packet (`Transmit`, `RecvMeta`); `time`: the
+//!   engine's `Instant`; `counters`: every refused packet, by reason;
+//!   `error`: the errors of the endpoint's calls.
+//!
+//! Other crates use the re-exports below (`rxe_core::transport::Endpoint`,
+//! ...); the modules themselves are private to the crate.
+//!
+//! # Tests
+//!
+//! One rule: a folder's tests are in its `tests.rs` (`#[cfg(test)] mod
+//! tests;` in its `mod.rs`), so that each file of the folder reads without
+//! them; a file directly in `transport/` keeps its tests inline at its end.
+//! `endpoint.rs` is that rule's one exception, with its tests in
+//! `endpoint_tests.rs` beside it: it stays a single file at its path, and
+//! its tests are longer than its code. Unit tests build their packets with
+//! `test_packet`. The crate's `tests/` drive whole engines over a simulated
+//! network.
 //!
 //! IBTA section numbers cited here refer to the InfiniBand Architecture
 //! Specification Volume 1; some were taken from secondary sources and are
@@ -31,38 +63,36 @@
 //! - Timers: retransmit interval = `local_ack_timeout(timeout)` (None = no timer); on expiry retransmit from the oldest unacknowledged PSN, up to `retry_cnt` times (7 is seven, not without end; each retry without progress doubles the next interval, up to 4x: see `requester`); exhausted -> RETRY_EXC_ERR and QP to ERR.
 //! - Completions: send WRs complete in order (signaled only, or every one if `init.sq_sig_all`; errors always), with `WorkQueue::Send`; receives with `WorkQueue::Recv`, byte_len, imm_data, invalidated_rkey, src_qp (UD), grh=true and the 40-byte `meta.grh` copied into the first 40 bytes of the receive buffer for UD (byte_len includes those 40), pkey_index. Flush: every outstanding WR completes with WR_FLUSH_ERR (opcode as posted, recv opcode `WcOpcode::Recv`).
 
-mod completer;
-pub mod counters;
-pub mod endpoint;
-pub mod memory;
-pub mod psn;
-pub mod qp;
-pub mod qp_attr;
-pub mod qp_state;
-pub mod recv_queue;
-pub mod requester;
-pub mod responder;
-pub mod responder_resources;
-mod send_queue;
-pub mod srq;
-pub mod time;
-pub mod wr;
+mod counters;
+mod endpoint;
+mod error;
+mod io;
+mod memory;
+mod psn;
+mod qp;
+mod recv;
+mod send;
+#[cfg(test)]
+mod test_packet;
+mod time;
+mod wr;
 
 pub use counters::{Counter, Counters};
-pub use endpoint::{pkeys_match, Endpoint, EndpointError, GSI_QPN};
+pub use endpoint::{pkeys_match, Endpoint, GSI_QPN};
+pub use error::{EndpointError, PostError};
+pub use io::{RecvMeta, Transmit};
 pub use memory::{
     atomic_by_copy, validate, AtomicOp, Key, MemError, MemoryAccess, Region, RegionInfo, VecMemory,
 };
 pub use psn::{classify_request, Psn, PsnOutOfRange, RequestPsn};
-pub use qp::{AsyncEvent, QpCommon, QpInit, RecvMeta, Transmit};
-pub use qp_attr::{
-    local_ack_timeout, rnr_timer, AccessFlags, AddressVector, AltPath, Attr, AttrMask, MigState,
-    PathMtu, QpAttr, QpState, QpType, GSI_QKEY,
+pub use qp::{
+    local_ack_timeout, modify, qkey_is_controlled, rnr_timer, transition, AccessFlags,
+    AddressVector, AltPath, AsyncEvent, Attr, AttrMask, MigState, ModifyError, PathMtu, QpAttr,
+    QpCaps, QpCommon, QpConfig, QpInit, QpState, QpType, Transition, GSI_QKEY, MAX_FLOW_LABEL,
+    MAX_MIN_RNR_TIMER, MAX_QPN, MAX_RETRY_CNT, MAX_RNR_RETRY, MAX_SL, MAX_TIMEOUT,
 };
-pub use qp_state::{modify, transition, ModifyError, QpCaps, QpConfig, Transition};
-pub use srq::{Srq, SrqAttr, SrqInit};
+pub use recv::{Srq, SrqAttr, SrqInit};
 pub use time::Instant;
 pub use wr::{
-    PostError, RecvWr, SendData, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion,
-    WorkQueue,
+    RecvWr, SendData, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion, WorkQueue,
 };

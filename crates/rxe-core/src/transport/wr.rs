@@ -2,7 +2,7 @@
 //! the verbs layer and the transport engine. Names follow libibverbs
 //! (`ibv_send_wr`, `ibv_recv_wr`, `ibv_wc`).
 
-use super::qp_attr::AddressVector;
+use crate::transport::qp::AddressVector;
 
 /// A scatter/gather element: `length` bytes at virtual address `addr` of
 /// the memory region named by `lkey`.
@@ -239,31 +239,4 @@ impl WorkCompletion {
             solicited: false,
         }
     }
-}
-
-/// Why a post was refused; nothing was queued.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum PostError {
-    #[error("no QP with number {0:#x}")]
-    NoSuchQp(u32),
-    #[error("the QP's state does not accept this post")]
-    BadState,
-    #[error("the work queue is full ({depth} entries)")]
-    QueueFull { depth: u32 },
-    #[error("{given} scatter/gather entries, at most {max}")]
-    TooManySges { given: usize, max: u32 },
-    #[error("{given} bytes of inline data, at most {max}")]
-    InlineTooLarge { given: usize, max: u32 },
-    #[error("the operation is not supported on this QP type")]
-    OpNotSupported,
-    #[error("a UD send needs a destination (wr.ud)")]
-    MissingUdDest,
-    #[error("message of {len} bytes exceeds the limit of {max}")]
-    MessageTooLarge { len: u64, max: u64 },
-    #[error("an atomic needs exactly one 8-byte SGE and an 8-byte aligned address")]
-    BadAtomic,
-    #[error("no SRQ with number {0:#x}")]
-    NoSuchSrq(u32),
-    #[error("the QP takes its receives from an SRQ: post them there")]
-    QpHasSrq,
 }

@@ -16,10 +16,10 @@
 
 use super::error::{need, Error, Layer, Result};
 use super::field::{be16, be24, put16, put24, Describe, FieldSpec};
-use super::opcode::Opcode;
+use super::opcode::{Opcode, BTH_LEN};
 use super::view::header_view;
 
-pub const HEADER_LEN: usize = 12;
+pub const HEADER_LEN: usize = BTH_LEN;
 
 /// The only transport header version the IBTA defines (IBTA 9.2.4).
 pub const TVER: u8 = 0;

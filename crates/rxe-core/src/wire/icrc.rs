@@ -376,8 +376,9 @@ fn id_delta(ip_header: &[u8; 20], udp_header: &[u8; 8], transport_with_icrc: &[u
 
 /// Finds the IPv4 Identification that makes the ICRC carried at the end of
 /// `transport_with_icrc` (BTH .. ICRC) correct, for a packet received from a
-/// UDP socket, which hands over the payload but never the IPv4 header
-/// (DESIGN.md, wire facts). `ip_header` is the 20-byte IPv4 header as the
+/// UDP socket, which hands over the payload but never the IPv4 header, so
+/// never the Identification that the ICRC covers (and senders fill it
+/// differently: some with a running counter, some with 0). `ip_header` is the 20-byte IPv4 header as the
 /// receiver reconstructs it (version/IHL 0x45, total length, flags, protocol,
 /// addresses; TOS, TTL and checksum are masked, and the Identification bytes
 /// are ignored). Returns the unique ID, or `None` when no ID makes the ICRC

@@ -8,6 +8,13 @@
 
 use core::fmt;
 
+/// The length of the BTH, which starts every transport packet (IBTA 9.2).
+/// It is defined here, beside the lengths of the extended headers that
+/// follow it, so that the table can give an opcode's header length without
+/// depending on the `bth` module (which depends on this one for `Opcode`);
+/// `bth::HEADER_LEN` is this constant.
+pub const BTH_LEN: usize = 12;
+
 /// The transport service an opcode belongs to (opcode bits 7:5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Transport {
@@ -233,7 +240,7 @@ pub struct OpcodeInfo {
 impl OpcodeInfo {
     /// Bytes from the start of the BTH to the payload.
     pub fn header_len(&self) -> usize {
-        super::bth::HEADER_LEN + self.headers.byte_len()
+        BTH_LEN + self.headers.byte_len()
     }
 }
 

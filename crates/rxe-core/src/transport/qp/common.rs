@@ -4,9 +4,9 @@
 
 use std::collections::VecDeque;
 
-use super::qp_attr::{AddressVector, PathMtu, QpState, QpType};
-use super::qp_state::QpConfig;
-use super::wr::WorkCompletion;
+use super::attr::{PathMtu, QpState, QpType};
+use super::modify::QpConfig;
+use crate::transport::wr::WorkCompletion;
 
 /// What a QP is created with (`ibv_qp_init_attr`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -25,7 +25,7 @@ pub struct QpInit {
     /// (`ibv_qp_init_attr.srq`), instead of a receive queue of its own;
     /// `max_recv_wr` and `max_recv_sge` are then unused. RC, UC and UD only.
     /// Receive buffers are checked in this QP's `pd`, not the SRQ's
-    /// (see [`super::srq`]).
+    /// (see [`Srq`](crate::transport::Srq)).
     pub srq: Option<u32>,
 }
 
@@ -65,41 +65,6 @@ pub enum AsyncEvent {
     /// (`IBV_EVENT_SRQ_LIMIT_REACHED`; IBTA 10.2.9.x, 11.6.3, not checked
     /// against the text).
     SrqLimitReached { srqn: u32 },
-}
-
-/// A packet the engine wrote into the caller's buffer: BTH through pad,
-/// then 4 zero bytes where the device puts the ICRC once it knows the IP
-/// and UDP headers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Transmit {
-    pub len: usize,
-    /// Where it goes: the QP's path (RC/UC) or the work request's (UD).
-    pub dest: AddressVector,
-    /// The sending QP, from which the device derives the UDP source port.
-    pub src_qpn: u32,
-}
-
-/// What the device knows of a received packet beyond its transport bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RecvMeta {
-    /// Source and destination GIDs (IPv4-mapped for RoCEv2 over IPv4).
-    pub sgid: [u8; 16],
-    pub dgid: [u8; 16],
-    /// The 40 bytes a UD receive buffer starts with: for IPv4, 20 zero
-    /// bytes then the IPv4 header; for IPv6 (and RoCEv1) the IPv6 header or
-    /// GRH (IBTA 11.4.1.2; RoCEv2 Annex A17.4.5.1).
-    pub grh: [u8; 40],
-}
-
-impl RecvMeta {
-    /// Metadata for a packet between two GIDs with an all-zero GRH space.
-    pub fn between(sgid: [u8; 16], dgid: [u8; 16]) -> RecvMeta {
-        RecvMeta {
-            sgid,
-            dgid,
-            grh: [0; 40],
-        }
-    }
 }
 
 /// The part of a QP that both directions use.

@@ -18,12 +18,12 @@
 //!   IETH on SEND LAST/ONLY with invalidate; DETH on UD (IBTA 9.2, Table 38,
 //!   which `wire::opcode` encodes).
 //! - A UD work request whose Q_Key has the high bit set is sent with the
-//!   QP's own Q_Key (IBTA 10.2.5, as cited by `qp_attr::qkey_is_controlled`).
+//!   QP's own Q_Key (IBTA 10.2.5, as cited by `qp::qkey_is_controlled`).
 
-use super::memory::{Key, MemError, MemoryAccess};
-use super::psn::Psn;
-use super::qp_attr::{AccessFlags, QpType};
-use super::wr::{SendData, SendOp, SendWr, Sge, WcStatus};
+use crate::transport::memory::{Key, MemError, MemoryAccess};
+use crate::transport::psn::Psn;
+use crate::transport::qp::{AccessFlags, QpType};
+use crate::transport::wr::{SendData, SendOp, SendWr, Sge, WcStatus};
 use crate::wire::{
     AtomicEth, AtomicEthRepr, Bth, BthRepr, Deth, DethRepr, Error as WireError, ErrorKind,
     ExtHeader, ExtReprs, Ieth, IethRepr, ImmDt, ImmDtRepr, Layer, Opcode, Reth, RethRepr,
@@ -55,7 +55,7 @@ pub(super) struct SendWqe {
 }
 
 impl SendWqe {
-    pub fn new(wr: SendWr, len: u32) -> SendWqe {
+    pub(super) fn new(wr: SendWr, len: u32) -> SendWqe {
         SendWqe {
             wr,
             len,
@@ -70,7 +70,7 @@ impl SendWqe {
     }
 
     /// Gives the request its PSNs from `psn` on, with path MTU `mtu`.
-    pub fn start(&mut self, psn: Psn, mtu: u32) {
+    pub(super) fn start(&mut self, psn: Psn, mtu: u32) {
         self.started = true;
         self.mtu = mtu;
         self.first_psn = psn;
@@ -79,13 +79,13 @@ impl SendWqe {
     }
 
     /// Whether `psn` is one of its PSNs (once started).
-    pub fn holds(&self, psn: Psn) -> bool {
+    pub(super) fn holds(&self, psn: Psn) -> bool {
         self.started && psn.in_range(self.first_psn, self.last_psn.next())
     }
 
     /// Where a (re)transmission of this request resumes: the PSN of its
     /// first response not yet received (READ) or its first PSN.
-    pub fn resume_psn(&self) -> Psn {
+    pub(super) fn resume_psn(&self) -> Psn {
         self.first_psn.add(self.read_done)
     }
 }

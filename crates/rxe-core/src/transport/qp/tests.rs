@@ -1,613 +1,193 @@
-//! The QP state machine: which Modify QP transitions exist for each QP type,
-//! which attributes each one requires and which it allows (IBTA 10.3.1 for
-//! the states, 11.2.5.2 for Modify QP), plus range checks, as a pure function
-//! over an immutable [`QpConfig`].
-//!
-//! # The transition table
-//!
-//! [`transition`] holds the table. Its facts come from the IBTA's list of
-//! required and optional attributes per transition, as the Linux RDMA core
-//! encodes it in its `qp_state_table` (drivers/infiniband/core/verbs.c),
-//! which is what `ibv_modify_qp` meets on Linux. It differs from that table
-//! in two places, both on the IBTA's side:
-//!
-//! - RESET→ERR is allowed. The IBTA lets Modify QP take a QP to Error from
-//!   any state; the Linux core table leaves that one transition out (so no
-//!   Linux application relies on it either way).
-//! - SQE→RTS does not exist for RC. The Send Queue Error state is for UD, UC
-//!   and GSI QPs; an RC QP whose send fails goes to Error (see
-//!   [`QpConfig::enter_send_queue_error`]), so it is never in SQE. Linux
-//!   lists the transition as valid with no attributes for every type.
-//!
-//! And it is stricter in one: an attribute mask with `CUR_STATE` must name
-//! the state the QP is in. Linux takes the consumer's word for it and checks
-//! the transition from the claimed state instead.
-//!
-//! # What `modify` does not check
-//!
-//! - That SQD→SQD happens only after the send queue has drained: whether it
-//!   has is the requester's knowledge, so the engine must refuse it before
-//!   calling [`modify`].
-//! - P_Key table contents, GID table contents, and who may set a controlled
-//!   Q_Key: those belong to the verbs layer.
+//! Tests of the QP attributes and of Modify QP: the libibverbs bit values
+//! and ranges of the attribute values, then the transition table and the
+//! checks `modify` makes.
 
-use core::fmt;
+mod attr {
+    use super::super::*;
+    use core::time::Duration;
+    use proptest::prelude::*;
 
-use super::qp_attr::{
-    local_ack_timeout, rnr_timer, AddressVector, Attr, AttrMask, PathMtu, QpAttr, QpState, QpType,
-    GSI_QKEY, MAX_FLOW_LABEL, MAX_MIN_RNR_TIMER, MAX_QPN, MAX_RETRY_CNT, MAX_RNR_RETRY, MAX_SL,
-    MAX_TIMEOUT,
-};
-use core::time::Duration;
-
-/// The attributes one transition requires and the ones it also accepts.
-/// `STATE` is in neither set: it is always accepted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Transition {
-    pub required: AttrMask,
-    pub optional: AttrMask,
-}
-
-impl Transition {
-    const NOTHING: Transition = Transition {
-        required: AttrMask::empty(),
-        optional: AttrMask::empty(),
-    };
-
-    /// Everything a mask may hold on this transition.
-    pub fn allowed(&self) -> AttrMask {
-        self.required | self.optional | AttrMask::STATE
+    #[test]
+    fn mask_bits_are_the_libibverbs_ones() {
+        // enum ibv_qp_attr_mask, as in <infiniband/verbs.h>.
+        let expect: [(AttrMask, u32); 20] = [
+            (AttrMask::STATE, 1),
+            (AttrMask::CUR_STATE, 2),
+            (AttrMask::EN_SQD_ASYNC_NOTIFY, 4),
+            (AttrMask::ACCESS_FLAGS, 8),
+            (AttrMask::PKEY_INDEX, 16),
+            (AttrMask::PORT, 32),
+            (AttrMask::QKEY, 64),
+            (AttrMask::AV, 128),
+            (AttrMask::PATH_MTU, 256),
+            (AttrMask::TIMEOUT, 512),
+            (AttrMask::RETRY_CNT, 1024),
+            (AttrMask::RNR_RETRY, 2048),
+            (AttrMask::RQ_PSN, 4096),
+            (AttrMask::MAX_QP_RD_ATOMIC, 8192),
+            (AttrMask::ALT_PATH, 16384),
+            (AttrMask::MIN_RNR_TIMER, 32768),
+            (AttrMask::SQ_PSN, 65536),
+            (AttrMask::MAX_DEST_RD_ATOMIC, 131072),
+            (AttrMask::PATH_MIG_STATE, 262144),
+            (AttrMask::DEST_QPN, 1048576),
+        ];
+        for (i, (m, bits)) in expect.into_iter().enumerate() {
+            assert_eq!(m.bits(), bits, "{m}");
+            assert_eq!(AttrMask::from(Attr::ALL[i]), m);
+        }
+        assert_eq!(AttrMask::all().len(), 20);
+        // IBV_QP_CAP and IBV_QP_RATE_LIMIT are not modelled.
+        assert_eq!(AttrMask::from_bits(1 << 19), None);
+        assert_eq!(AttrMask::from_bits(1 << 25), None);
+        assert_eq!(
+            AttrMask::from_bits(0x31),
+            Some(AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT)
+        );
     }
-}
 
-/// The Modify QP transition `from` → `to` for a QP of type `qp_type`, or
-/// `None` if there is none. See the module documentation for the source.
-pub fn transition(qp_type: QpType, from: QpState, to: QpState) -> Option<Transition> {
-    use AttrMask as M;
-    use QpState::*;
-    use QpType::*;
+    #[test]
+    fn mask_set_operations_and_display() {
+        let m = AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT;
+        assert_eq!(m.to_string(), "STATE | PKEY_INDEX | PORT");
+        assert_eq!(format!("{:?}", AttrMask::empty()), "AttrMask((none))");
+        assert!(m.contains(AttrMask::PORT | AttrMask::STATE));
+        assert!(!m.contains(AttrMask::QKEY));
+        assert_eq!(
+            m.difference(AttrMask::STATE),
+            AttrMask::PKEY_INDEX | AttrMask::PORT
+        );
+        assert_eq!(m & AttrMask::PORT, AttrMask::PORT);
+        assert_eq!(
+            m.without(Attr::Port).with(Attr::Qkey).first(),
+            Some(Attr::State)
+        );
+        assert_eq!(
+            m.iter().collect::<Vec<_>>(),
+            [Attr::State, Attr::PkeyIndex, Attr::Port]
+        );
+        let mut n = AttrMask::empty();
+        n |= AttrMask::AV;
+        assert_eq!(n.len(), 1);
+        assert_eq!(n.first(), Some(Attr::Av));
+        assert_eq!(AttrMask::empty().first(), None);
+    }
 
-    let t = |required: AttrMask, optional: AttrMask| Some(Transition { required, optional });
-    let opt = |optional: AttrMask| t(M::empty(), optional);
+    #[test]
+    fn access_flags() {
+        assert_eq!(
+            AccessFlags::from_bits(0xe),
+            Some(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC)
+        );
+        assert_eq!(AccessFlags::from_bits(0x10), None); // IBV_ACCESS_MW_BIND
+        assert_eq!(AccessFlags::from_bits_truncate(0x17).bits(), 0x7);
+        assert_eq!(
+            AccessFlags::all().to_string(),
+            "LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC"
+        );
+        assert_eq!(AccessFlags::empty().to_string(), "(none)");
+        assert!(AccessFlags::all().contains(AccessFlags::REMOTE_READ));
+        assert!(!AccessFlags::REMOTE_WRITE.contains(AccessFlags::REMOTE_READ));
+        assert!(AccessFlags::default().is_empty());
+    }
 
-    match (from, to) {
-        // Any state may be reset or put in error, with no other attribute.
-        (_, Reset) | (_, Error) => Some(Transition::NOTHING),
+    #[test]
+    fn enum_conversions_round_trip() {
+        for s in QpState::ALL {
+            assert_eq!(QpState::from_ibv(s.as_ibv()), Some(s));
+        }
+        assert_eq!(QpState::from_ibv(7), None);
+        for m in PathMtu::ALL {
+            assert_eq!(PathMtu::from_ibv(m.as_ibv()), Some(m));
+            assert_eq!(PathMtu::from_bytes(m.bytes()), Some(m));
+        }
+        assert_eq!(PathMtu::from_ibv(0), None);
+        assert_eq!(PathMtu::from_ibv(6), None);
+        assert_eq!(PathMtu::from_bytes(1500), None);
+        assert_eq!(PathMtu::Mtu1024.to_string(), "1024");
+        for v in 0..3 {
+            assert_eq!(MigState::from_ibv(v).unwrap().as_ibv(), v);
+        }
+        assert_eq!(MigState::from_ibv(3), None);
+        assert_eq!(QpType::Gsi.to_string(), "GSI");
+        assert!(QpType::Gsi.is_datagram() && QpType::Ud.is_datagram());
+        assert!(!QpType::Rc.is_datagram() && !QpType::Uc.is_datagram());
+    }
 
-        (Reset, Init) => match qp_type {
-            Rc | Uc => t(M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS, M::empty()),
-            Ud => t(M::PKEY_INDEX | M::PORT | M::QKEY, M::empty()),
-            // QP1 is bound to its port when it is created.
-            Gsi => t(M::PKEY_INDEX | M::QKEY, M::empty()),
-        },
+    #[test]
+    fn qkeys() {
+        assert!(qkey_is_controlled(GSI_QKEY));
+        assert!(!qkey_is_controlled(0x1111_1111));
+    }
 
-        (Init, Init) => match qp_type {
-            Rc | Uc => opt(M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS),
-            Ud => opt(M::PKEY_INDEX | M::PORT | M::QKEY),
-            Gsi => opt(M::PKEY_INDEX | M::QKEY),
-        },
+    #[test]
+    fn attr_mask_follows_set_fields() {
+        let a = QpAttr {
+            qp_state: Some(QpState::Init),
+            pkey_index: Some(0),
+            port_num: Some(1),
+            qkey: Some(0x1111_1111),
+            ..QpAttr::default()
+        };
+        assert_eq!(
+            a.mask(),
+            AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY
+        );
+        assert_eq!(QpAttr::default().mask(), AttrMask::empty());
+    }
 
-        (Init, Rtr) => {
-            let uc = M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN;
-            let connected_opt = M::ALT_PATH | M::ACCESS_FLAGS | M::PKEY_INDEX;
-            match qp_type {
-                Rc => t(uc | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER, connected_opt),
-                Uc => t(uc, connected_opt),
-                Ud | Gsi => opt(M::PKEY_INDEX | M::QKEY),
+    #[test]
+    fn ack_timeout_values() {
+        assert_eq!(local_ack_timeout(0), None);
+        assert_eq!(local_ack_timeout(1), Some(Duration::from_nanos(8192)));
+        // ibv_rc_pingpong's timeout 14: 4.096 us * 16384.
+        assert_eq!(
+            local_ack_timeout(14),
+            Some(Duration::from_nanos(67_108_864))
+        );
+        assert_eq!(
+            local_ack_timeout(31),
+            Some(Duration::from_nanos(4096u64 << 31))
+        );
+        assert_eq!(local_ack_timeout(31).unwrap().as_secs(), 8796);
+        assert_eq!(local_ack_timeout(32 + 14), local_ack_timeout(14));
+    }
+
+    #[test]
+    fn rnr_timer_values() {
+        assert_eq!(rnr_timer(0), Duration::from_micros(655_360));
+        assert_eq!(rnr_timer(1), Duration::from_micros(10));
+        // ibv_rc_pingpong's min_rnr_timer 12.
+        assert_eq!(rnr_timer(12), Duration::from_micros(640));
+        assert_eq!(rnr_timer(31), Duration::from_micros(491_520));
+    }
+
+    proptest! {
+        #[test]
+        fn ack_timeout_doubles(code in 1u8..31) {
+            let t = local_ack_timeout(code).unwrap();
+            prop_assert_eq!(local_ack_timeout(code + 1).unwrap(), t * 2);
+            prop_assert_eq!(t.as_nanos(), 4096u128 << code);
+        }
+
+        #[test]
+        fn mask_from_bits_round_trips(bits in any::<u32>()) {
+            match AttrMask::from_bits(bits) {
+                Some(m) => {
+                    prop_assert_eq!(m.bits(), bits);
+                    let rebuilt = m.iter().fold(AttrMask::empty(), AttrMask::with);
+                    prop_assert_eq!(rebuilt, m);
+                }
+                None => prop_assert!(bits & !AttrMask::all().bits() != 0),
             }
         }
-
-        (Rtr, Rts) => match qp_type {
-            Rc => t(
-                M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC,
-                M::CUR_STATE | M::ALT_PATH | M::ACCESS_FLAGS | M::MIN_RNR_TIMER | M::PATH_MIG_STATE,
-            ),
-            Uc => t(
-                M::SQ_PSN,
-                M::CUR_STATE | M::ALT_PATH | M::ACCESS_FLAGS | M::PATH_MIG_STATE,
-            ),
-            Ud | Gsi => t(M::SQ_PSN, M::CUR_STATE | M::QKEY),
-        },
-
-        // Changing attributes while running, and resuming after a drain.
-        (Rts, Rts) | (Sqd, Rts) => match qp_type {
-            Rc => opt(M::CUR_STATE
-                | M::ALT_PATH
-                | M::ACCESS_FLAGS
-                | M::MIN_RNR_TIMER
-                | M::PATH_MIG_STATE),
-            Uc => opt(M::CUR_STATE | M::ALT_PATH | M::ACCESS_FLAGS | M::PATH_MIG_STATE),
-            Ud | Gsi => opt(M::CUR_STATE | M::QKEY),
-        },
-
-        (Rts, Sqd) => opt(M::EN_SQD_ASYNC_NOTIFY),
-
-        // With the send queue drained, most of the path may be changed.
-        (Sqd, Sqd) => match qp_type {
-            Rc => opt(M::PORT
-                | M::AV
-                | M::TIMEOUT
-                | M::RETRY_CNT
-                | M::RNR_RETRY
-                | M::MAX_QP_RD_ATOMIC
-                | M::MAX_DEST_RD_ATOMIC
-                | M::ALT_PATH
-                | M::ACCESS_FLAGS
-                | M::PKEY_INDEX
-                | M::MIN_RNR_TIMER
-                | M::PATH_MIG_STATE),
-            Uc => opt(M::AV | M::ALT_PATH | M::ACCESS_FLAGS | M::PKEY_INDEX | M::PATH_MIG_STATE),
-            Ud | Gsi => opt(M::PKEY_INDEX | M::QKEY),
-        },
-
-        // Recovering from a send error; RC has no SQE state.
-        (Sqe, Rts) => match qp_type {
-            Rc => None,
-            Uc => opt(M::CUR_STATE | M::ACCESS_FLAGS),
-            Ud | Gsi => opt(M::CUR_STATE | M::QKEY),
-        },
-
-        _ => None,
     }
 }
 
-/// Device limits that bound attribute values. The verbs layer fills them in
-/// from its device and port; every count must be at least 1.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct QpCaps {
-    /// Ports are numbered `1..=port_count`.
-    pub port_count: u8,
-    /// `pkey_index` must be below this.
-    pub pkey_table_len: u16,
-    /// An address vector's `sgid_index` must be below this.
-    pub gid_table_len: u16,
-    /// The port's active MTU: `path_mtu` may not exceed it.
-    pub max_path_mtu: PathMtu,
-    /// Upper bound of `max_rd_atomic` (the device's `max_qp_init_rd_atom`).
-    pub max_rd_atomic: u8,
-    /// Upper bound of `max_dest_rd_atomic` (the device's `max_qp_rd_atom`).
-    pub max_dest_rd_atomic: u8,
-}
-
-impl Default for QpCaps {
-    /// One port, one P_Key (the default partition, as RoCE has), a full
-    /// 256-entry GID table, path MTU up to 4096, and 128 READ/atomic requests
-    /// each way.
-    fn default() -> QpCaps {
-        QpCaps {
-            port_count: 1,
-            pkey_table_len: 1,
-            gid_table_len: 256,
-            max_path_mtu: PathMtu::Mtu4096,
-            max_rd_atomic: 128,
-            max_dest_rd_atomic: 128,
-        }
-    }
-}
-
-/// Why Modify QP refused. The QP is unchanged.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum ModifyError {
-    /// The mask names an attribute whose field in the `QpAttr` is `None`.
-    #[error("the attribute mask has {attr} but no value is given for it")]
-    NoValue { attr: Attr },
-    /// There is no such transition for this QP type.
-    #[error("a {qp_type} QP cannot go from {from} to {to}")]
-    InvalidTransition {
-        qp_type: QpType,
-        from: QpState,
-        to: QpState,
-    },
-    /// The transition requires attributes that the mask does not have.
-    #[error("{from} to {to} on a {qp_type} QP requires {missing}")]
-    MissingRequired {
-        qp_type: QpType,
-        from: QpState,
-        to: QpState,
-        missing: AttrMask,
-    },
-    /// The mask has attributes that the transition does not accept.
-    #[error("{from} to {to} on a {qp_type} QP does not accept {not_allowed}")]
-    NotAllowed {
-        qp_type: QpType,
-        from: QpState,
-        to: QpState,
-        not_allowed: AttrMask,
-    },
-    /// `cur_qp_state` is not the state the QP is in.
-    #[error("cur_qp_state says {claimed}, but the QP is in {actual}")]
-    CurrentStateMismatch { claimed: QpState, actual: QpState },
-    /// A value outside its range; `field` names it (`timeout`,
-    /// `alt_path.av.flow_label`, ...).
-    #[error("{attr}: {field} = {value} is outside {min}..={max}")]
-    OutOfRange {
-        attr: Attr,
-        field: &'static str,
-        value: u64,
-        min: u64,
-        max: u64,
-    },
-    /// A GSI QP's Q_Key can only be the well-known one.
-    #[error("a GSI QP's Q_Key is {:#010x}, not {qkey:#010x}", GSI_QKEY)]
-    GsiQkey { qkey: u32 },
-}
-
-impl ModifyError {
-    /// A short stable name for the reason (for counters and JSON output).
-    pub const fn reason(&self) -> &'static str {
-        match self {
-            ModifyError::NoValue { .. } => "no_value",
-            ModifyError::InvalidTransition { .. } => "invalid_transition",
-            ModifyError::MissingRequired { .. } => "missing_required",
-            ModifyError::NotAllowed { .. } => "not_allowed",
-            ModifyError::CurrentStateMismatch { .. } => "cur_state_mismatch",
-            ModifyError::OutOfRange { .. } => "out_of_range",
-            ModifyError::GsiQkey { .. } => "gsi_qkey",
-        }
-    }
-}
-
-/// A QP's type, state, device limits and current attribute values: what
-/// Modify QP reads and produces. It changes only through [`modify`] and the
-/// engine's own transitions ([`QpConfig::enter_error`],
-/// [`QpConfig::enter_send_queue_error`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QpConfig {
-    qp_type: QpType,
-    state: QpState,
-    caps: QpCaps,
-    /// Current values; `qp_state` and `cur_qp_state` stay `None`.
-    attrs: QpAttr,
-}
-
-impl QpConfig {
-    /// A new QP in RESET with no attributes set. A GSI QP made this way has
-    /// no port: use [`QpConfig::new_gsi`].
-    pub fn new(qp_type: QpType, caps: QpCaps) -> QpConfig {
-        QpConfig {
-            qp_type,
-            state: QpState::Reset,
-            caps,
-            attrs: QpAttr::default(),
-        }
-    }
-
-    /// A new GSI QP (QP1) of port `port_num`, in RESET.
-    pub fn new_gsi(port_num: u8, caps: QpCaps) -> Result<QpConfig, ModifyError> {
-        check_port(Attr::Port, "port_num", port_num, &caps)?;
-        let mut c = QpConfig::new(QpType::Gsi, caps);
-        c.attrs.port_num = Some(port_num);
-        Ok(c)
-    }
-
-    pub fn qp_type(&self) -> QpType {
-        self.qp_type
-    }
-
-    pub fn state(&self) -> QpState {
-        self.state
-    }
-
-    pub fn caps(&self) -> &QpCaps {
-        &self.caps
-    }
-
-    /// The current attribute values (`None` where never set since the last
-    /// reset). Every attribute that the transitions taken so far required is
-    /// `Some`: an RC QP in RTS has its path MTU, PSNs, timeout and so on.
-    pub fn attrs(&self) -> &QpAttr {
-        &self.attrs
-    }
-
-    /// The transport timer interval from the QP's `timeout`; `None` when
-    /// unset or 0 (no timer).
-    pub fn ack_timeout(&self) -> Option<Duration> {
-        self.attrs.timeout.and_then(local_ack_timeout)
-    }
-
-    /// The wait that the QP's RNR NAKs ask for, from `min_rnr_timer`.
-    pub fn min_rnr_wait(&self) -> Option<Duration> {
-        self.attrs.min_rnr_timer.map(rnr_timer)
-    }
-
-    /// The engine's transition on a fatal error (from any state): the QP
-    /// goes to ERR and keeps its attributes.
-    pub fn enter_error(&mut self) {
-        self.state = QpState::Error;
-    }
-
-    /// The engine's transition when a send completes in error in RTS or SQD:
-    /// a UD, UC or GSI QP goes to SQE, from which Modify QP can return it to
-    /// RTS; an RC QP has no SQE state and goes to ERR. In other states
-    /// nothing changes. Returns the new state.
-    pub fn enter_send_queue_error(&mut self) -> QpState {
-        if matches!(self.state, QpState::Rts | QpState::Sqd) {
-            self.state = match self.qp_type {
-                QpType::Rc => QpState::Error,
-                QpType::Uc | QpType::Ud | QpType::Gsi => QpState::Sqe,
-            };
-        }
-        self.state
-    }
-
-    #[cfg(test)]
-    pub(crate) fn forced(qp_type: QpType, state: QpState) -> QpConfig {
-        QpConfig {
-            state,
-            ..QpConfig::new(qp_type, QpCaps::default())
-        }
-    }
-}
-
-impl fmt::Display for QpConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} QP in {}", self.qp_type, self.state)
-    }
-}
-
-/// Modify QP as a pure function: checks that `mask` and the values of `attr`
-/// that it selects make a valid change of `current`, and returns the changed
-/// configuration; on error `current` is untouched.
-///
-/// Without `STATE` in the mask the QP stays in its state, which must then
-/// allow a transition to itself (INIT, RTS, SQD, and RESET and ERR with no
-/// other attribute). Fields of `attr` outside `mask` are ignored.
-///
-/// Checks, in this order, each reported by the first that fails: every
-/// masked field has a value; the transition exists for this QP type; the
-/// mask has every required attribute; the mask has no attribute the
-/// transition does not accept; `cur_qp_state` (if masked) is the QP's state;
-/// every value is in range.
-///
-/// Moving to RESET clears every attribute (a GSI QP keeps its port), so that
-/// nothing from before the reset survives into the next RESET→INIT.
-pub fn modify(current: &QpConfig, attr: &QpAttr, mask: AttrMask) -> Result<QpConfig, ModifyError> {
-    if let Some(missing) = mask.iter().find(|a| !attr.is_set(*a)) {
-        return Err(ModifyError::NoValue { attr: missing });
-    }
-
-    let qp_type = current.qp_type;
-    let from = current.state;
-    let to = match (mask.has(Attr::State), attr.qp_state) {
-        (true, Some(s)) => s,
-        _ => from,
-    };
-
-    let rule = transition(qp_type, from, to).ok_or(ModifyError::InvalidTransition {
-        qp_type,
-        from,
-        to,
-    })?;
-    let missing = rule.required.difference(mask);
-    if !missing.is_empty() {
-        return Err(ModifyError::MissingRequired {
-            qp_type,
-            from,
-            to,
-            missing,
-        });
-    }
-    let not_allowed = mask.difference(rule.allowed());
-    if !not_allowed.is_empty() {
-        return Err(ModifyError::NotAllowed {
-            qp_type,
-            from,
-            to,
-            not_allowed,
-        });
-    }
-    if let (true, Some(claimed)) = (mask.has(Attr::CurState), attr.cur_qp_state) {
-        if claimed != from {
-            return Err(ModifyError::CurrentStateMismatch {
-                claimed,
-                actual: from,
-            });
-        }
-    }
-    for a in mask.iter() {
-        check_range(qp_type, &current.caps, attr, a)?;
-    }
-
-    let mut next = current.clone();
-    next.state = to;
-    if to == QpState::Reset {
-        let port = current.attrs.port_num;
-        next.attrs = QpAttr::default();
-        if qp_type == QpType::Gsi {
-            next.attrs.port_num = port;
-        }
-    } else {
-        for a in mask
-            .difference(AttrMask::STATE | AttrMask::CUR_STATE)
-            .iter()
-        {
-            next.attrs.copy_field(attr, a);
-        }
-    }
-    Ok(next)
-}
-
-fn out_of_range(attr: Attr, field: &'static str, value: u64, min: u64, max: u64) -> ModifyError {
-    ModifyError::OutOfRange {
-        attr,
-        field,
-        value,
-        min,
-        max,
-    }
-}
-
-fn check_max(attr: Attr, field: &'static str, value: u64, max: u64) -> Result<(), ModifyError> {
-    if value > max {
-        Err(out_of_range(attr, field, value, 0, max))
-    } else {
-        Ok(())
-    }
-}
-
-/// `value` must index a table of `len` entries.
-fn check_index(attr: Attr, field: &'static str, value: u64, len: u64) -> Result<(), ModifyError> {
-    if value >= len {
-        Err(out_of_range(attr, field, value, 0, len.saturating_sub(1)))
-    } else {
-        Ok(())
-    }
-}
-
-fn check_port(attr: Attr, field: &'static str, port: u8, caps: &QpCaps) -> Result<(), ModifyError> {
-    if port == 0 || port > caps.port_count {
-        Err(out_of_range(
-            attr,
-            field,
-            u64::from(port),
-            1,
-            u64::from(caps.port_count),
-        ))
-    } else {
-        Ok(())
-    }
-}
-
-fn check_av(
-    attr: Attr,
-    fields: [&'static str; 3],
-    av: &AddressVector,
-    caps: &QpCaps,
-) -> Result<(), ModifyError> {
-    check_index(
-        attr,
-        fields[0],
-        u64::from(av.sgid_index),
-        u64::from(caps.gid_table_len),
-    )?;
-    check_max(
-        attr,
-        fields[1],
-        u64::from(av.flow_label),
-        u64::from(MAX_FLOW_LABEL),
-    )?;
-    check_max(attr, fields[2], u64::from(av.sl), u64::from(MAX_SL))
-}
-
-/// Checks the value of one masked attribute (which `modify` has checked is
-/// present). Values whose type cannot be out of range pass.
-fn check_range(
-    qp_type: QpType,
-    caps: &QpCaps,
-    attr: &QpAttr,
-    which: Attr,
-) -> Result<(), ModifyError> {
-    let v = |x: Option<u8>| u64::from(x.unwrap_or(0));
-    match which {
-        Attr::PkeyIndex => check_index(
-            which,
-            "pkey_index",
-            u64::from(attr.pkey_index.unwrap_or(0)),
-            u64::from(caps.pkey_table_len),
-        ),
-        Attr::Port => check_port(which, "port_num", attr.port_num.unwrap_or(0), caps),
-        Attr::Qkey => match attr.qkey {
-            Some(qkey) if qp_type == QpType::Gsi && qkey != GSI_QKEY => {
-                Err(ModifyError::GsiQkey { qkey })
-            }
-            _ => Ok(()),
-        },
-        Attr::Av => match &attr.av {
-            Some(av) => check_av(which, ["av.sgid_index", "av.flow_label", "av.sl"], av, caps),
-            None => Ok(()),
-        },
-        Attr::PathMtu => match attr.path_mtu {
-            Some(mtu) if mtu > caps.max_path_mtu => Err(out_of_range(
-                which,
-                "path_mtu",
-                u64::from(mtu.bytes()),
-                u64::from(PathMtu::Mtu256.bytes()),
-                u64::from(caps.max_path_mtu.bytes()),
-            )),
-            _ => Ok(()),
-        },
-        Attr::Timeout => check_max(which, "timeout", v(attr.timeout), u64::from(MAX_TIMEOUT)),
-        Attr::RetryCnt => check_max(
-            which,
-            "retry_cnt",
-            v(attr.retry_cnt),
-            u64::from(MAX_RETRY_CNT),
-        ),
-        Attr::RnrRetry => check_max(
-            which,
-            "rnr_retry",
-            v(attr.rnr_retry),
-            u64::from(MAX_RNR_RETRY),
-        ),
-        Attr::MinRnrTimer => check_max(
-            which,
-            "min_rnr_timer",
-            v(attr.min_rnr_timer),
-            u64::from(MAX_MIN_RNR_TIMER),
-        ),
-        Attr::MaxRdAtomic => check_max(
-            which,
-            "max_rd_atomic",
-            v(attr.max_rd_atomic),
-            u64::from(caps.max_rd_atomic),
-        ),
-        Attr::MaxDestRdAtomic => check_max(
-            which,
-            "max_dest_rd_atomic",
-            v(attr.max_dest_rd_atomic),
-            u64::from(caps.max_dest_rd_atomic),
-        ),
-        Attr::DestQpn => check_max(
-            which,
-            "dest_qpn",
-            u64::from(attr.dest_qpn.unwrap_or(0)),
-            u64::from(MAX_QPN),
-        ),
-        Attr::AltPath => match &attr.alt_path {
-            Some(alt) => {
-                check_av(
-                    which,
-                    [
-                        "alt_path.av.sgid_index",
-                        "alt_path.av.flow_label",
-                        "alt_path.av.sl",
-                    ],
-                    &alt.av,
-                    caps,
-                )?;
-                check_index(
-                    which,
-                    "alt_path.pkey_index",
-                    u64::from(alt.pkey_index),
-                    u64::from(caps.pkey_table_len),
-                )?;
-                check_port(which, "alt_path.port_num", alt.port_num, caps)?;
-                check_max(
-                    which,
-                    "alt_path.timeout",
-                    u64::from(alt.timeout),
-                    u64::from(MAX_TIMEOUT),
-                )
-            }
-            None => Ok(()),
-        },
-        // Typed so that every value is valid: states, flags, PSNs (24 bits
-        // by construction), the SQD notification flag, the migration state.
-        Attr::State
-        | Attr::CurState
-        | Attr::EnSqdAsyncNotify
-        | Attr::AccessFlags
-        | Attr::RqPsn
-        | Attr::SqPsn
-        | Attr::PathMigState => Ok(()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
+mod modify {
+    use super::super::*;
     use crate::transport::psn::Psn;
-    use crate::transport::qp_attr::{AccessFlags, AltPath, MigState};
+    use core::time::Duration;
     use proptest::prelude::*;
     use QpState::*;
     use QpType::*;

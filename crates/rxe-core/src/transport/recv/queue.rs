@@ -4,33 +4,29 @@
 
 use std::collections::VecDeque;
 
-use super::memory::{Key, MemoryAccess};
-use super::qp::QpCommon;
-use super::qp_attr::{AccessFlags, QpState};
-use super::wr::{PostError, RecvWr, Sge, WcStatus};
+use crate::transport::error::PostError;
+use crate::transport::memory::{Key, MemoryAccess};
+use crate::transport::qp::{AccessFlags, QpCommon, QpState};
+use crate::transport::wr::{RecvWr, Sge, WcStatus};
 
 /// The largest message the IBTA allows, 2^31 bytes: a receive whose
 /// scatter/gather list adds up to more is refused at post time (kernel rxe
 /// refuses the same).
-pub const MAX_MESSAGE: u64 = 1 << 31;
+pub(super) const MAX_MESSAGE: u64 = 1 << 31;
 
 /// Posted receive work requests, oldest first.
 #[derive(Debug, Default)]
-pub struct RecvQueue {
+pub(super) struct RecvQueue {
     wqes: VecDeque<RecvWr>,
 }
 
 impl RecvQueue {
-    pub fn new() -> RecvQueue {
-        RecvQueue::default()
-    }
-
     /// `ibv_post_recv` for one request. A QP takes receives from INIT on
     /// (IBTA 10.3.1: in RESET nothing may be posted; in INIT receives may be
     /// posted but are not processed). In ERR the request is accepted and
     /// then flushed with WR_FLUSH_ERR, as kernel rxe and hardware do: the
     /// endpoint asks for the flush after the post.
-    pub fn post(&mut self, common: &QpCommon, wr: RecvWr) -> Result<(), PostError> {
+    pub(super) fn post(&mut self, common: &QpCommon, wr: RecvWr) -> Result<(), PostError> {
         // A QP attached to an SRQ has no receive queue of its own
         // (`ibv_post_recv` on it fails; IBTA 10.2.9, not checked against
         // the text).
@@ -62,34 +58,35 @@ impl RecvQueue {
         Ok(())
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
         self.wqes.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.wqes.is_empty()
     }
 
     /// Takes the oldest request.
-    pub fn pop(&mut self) -> Option<RecvWr> {
+    pub(super) fn pop(&mut self) -> Option<RecvWr> {
         self.wqes.pop_front()
     }
 
     /// Puts a request back at the front (a UC message that lost a packet
     /// gives its receive back to the next message).
-    pub fn push_front(&mut self, wr: RecvWr) {
+    pub(super) fn push_front(&mut self, wr: RecvWr) {
         self.wqes.push_front(wr);
     }
 
     /// Removes every request, oldest first.
-    pub fn drain(&mut self) -> impl Iterator<Item = RecvWr> + '_ {
+    pub(super) fn drain(&mut self) -> impl Iterator<Item = RecvWr> + '_ {
         self.wqes.drain(..)
     }
 }
 
 /// The bytes a scatter/gather list holds, without overflow (each length is
 /// a `u32`, a list has at most `u32::MAX` entries).
-pub fn total_len(sges: &[Sge]) -> u64 {
+pub(super) fn total_len(sges: &[Sge]) -> u64 {
     sges.iter()
         .fold(0u64, |a, s| a.saturating_add(u64::from(s.length)))
 }
@@ -98,7 +95,7 @@ pub fn total_len(sges: &[Sge]) -> u64 {
 /// checking each piece against its L_Key with LOCAL_WRITE in protection
 /// domain `pd`. `LocLenErr` if the list is too short (nothing is written
 /// then), `LocProtErr` if a key, PD, right or bound does not allow it.
-pub fn scatter(
+pub(super) fn scatter(
     mem: &mut dyn MemoryAccess,
     pd: u32,
     sges: &[Sge],

@@ -13,11 +13,11 @@
 
 use std::collections::VecDeque;
 
-use super::psn::Psn;
+use crate::transport::psn::Psn;
 
 /// What was saved of one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Saved {
+pub(super) enum Saved {
     /// An RDMA READ: its PSN range (`npkts` PSNs from `first`) and RETH.
     Read {
         first: Psn,
@@ -32,7 +32,7 @@ pub enum Saved {
 
 /// One saved request with the MSN its response carried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Entry {
+pub(super) struct Entry {
     pub saved: Saved,
     pub msn: u32,
 }
@@ -49,7 +49,7 @@ impl Entry {
 
 /// The bounded table of saved READ and atomic requests.
 #[derive(Debug, Clone)]
-pub struct Resources {
+pub(super) struct Resources {
     entries: VecDeque<Entry>,
     cap: usize,
 }
@@ -62,7 +62,7 @@ impl Default for Resources {
 
 impl Resources {
     /// A table of `cap` entries (at least one).
-    pub fn new(cap: usize) -> Resources {
+    pub(super) fn new(cap: usize) -> Resources {
         Resources {
             entries: VecDeque::new(),
             cap: cap.max(1),
@@ -71,27 +71,30 @@ impl Resources {
 
     /// Changes the bound (Modify QP of `max_dest_rd_atomic`), dropping the
     /// oldest entries that no longer fit.
-    pub fn set_capacity(&mut self, cap: usize) {
+    pub(super) fn set_capacity(&mut self, cap: usize) {
         self.cap = cap.max(1);
         while self.entries.len() > self.cap {
             self.entries.pop_front();
         }
     }
 
-    pub fn capacity(&self) -> usize {
+    #[cfg(test)]
+    pub(super) fn capacity(&self) -> usize {
         self.cap
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
         self.entries.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(super) fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 
     /// Saves a request, forgetting the oldest if the table is full.
-    pub fn push(&mut self, entry: Entry) {
+    pub(super) fn push(&mut self, entry: Entry) {
         if self.entries.len() >= self.cap {
             self.entries.pop_front();
         }
@@ -99,71 +102,11 @@ impl Resources {
     }
 
     /// The saved request that PSN `psn` belongs to, newest first.
-    pub fn find(&self, psn: Psn) -> Option<Entry> {
+    pub(super) fn find(&self, psn: Psn) -> Option<Entry> {
         self.entries.iter().rev().find(|e| e.covers(psn)).copied()
     }
 
-    pub fn clear(&mut self) {
+    pub(super) fn clear(&mut self) {
         self.entries.clear();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn read(first: u32, npkts: u32) -> Entry {
-        Entry {
-            saved: Saved::Read {
-                first: Psn::new(first),
-                npkts,
-                rkey: 1,
-                va: 0,
-                len: 0,
-            },
-            msn: 0,
-        }
-    }
-
-    fn atomic(psn: u32, orig: u64) -> Entry {
-        Entry {
-            saved: Saved::Atomic {
-                psn: Psn::new(psn),
-                orig,
-            },
-            msn: 0,
-        }
-    }
-
-    #[test]
-    fn bounded_oldest_evicted() {
-        let mut r = Resources::new(2);
-        r.push(atomic(1, 10));
-        r.push(atomic(2, 20));
-        r.push(atomic(3, 30));
-        assert_eq!(r.len(), 2);
-        assert_eq!(r.find(Psn::new(1)), None);
-        assert_eq!(r.find(Psn::new(3)), Some(atomic(3, 30)));
-        r.set_capacity(1);
-        assert_eq!(r.find(Psn::new(2)), None);
-        assert_eq!(r.capacity(), 1);
-        r.set_capacity(0);
-        assert_eq!(r.capacity(), 1);
-        r.clear();
-        assert!(r.is_empty());
-    }
-
-    #[test]
-    fn read_ranges_wrap() {
-        let mut r = Resources::new(4);
-        r.push(read(0xff_fffe, 4)); // 0xfffffe, 0xffffff, 0, 1
-        assert!(r.find(Psn::new(0xff_fffe)).is_some());
-        assert!(r.find(Psn::new(1)).is_some());
-        assert!(r.find(Psn::new(2)).is_none());
-        assert!(r.find(Psn::new(0xff_fffd)).is_none());
-        // A zero-length READ still takes one PSN.
-        r.push(read(7, 0));
-        assert!(r.find(Psn::new(7)).is_some());
-        assert!(r.find(Psn::new(8)).is_none());
     }
 }

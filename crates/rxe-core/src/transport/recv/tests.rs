@@ -1,13 +1,24 @@
-//! Responder tests against hand-built request packets.
+//! Tests of the receive side: the responder against hand-built request
+//! packets, then the SRQ and the responder resources on their own.
 
-use super::*;
-use crate::transport::memory::VecMemory;
-use crate::transport::qp::QpInit;
-use crate::transport::qp_attr::{AddressVector, PathMtu, QpAttr};
-use crate::transport::qp_state::{modify, QpCaps, QpConfig};
-use crate::transport::srq::{Srq, SrqInit};
-use crate::transport::wr::Sge;
-use crate::wire::{AtomicEthRepr, DethRepr, IethRepr, ImmDtRepr, RethRepr};
+use super::responder::Responder;
+use super::srq::{Srq, SrqInit};
+use crate::transport::counters::{Counter, Counters};
+use crate::transport::error::PostError;
+use crate::transport::io::RecvMeta;
+use crate::transport::memory::{Key, VecMemory};
+use crate::transport::psn::Psn;
+use crate::transport::qp::{
+    modify, AccessFlags, AddressVector, AsyncEvent, PathMtu, QpAttr, QpCaps, QpCommon, QpConfig,
+    QpInit, QpState, QpType, GSI_QKEY,
+};
+use crate::transport::test_packet;
+use crate::transport::time::Instant;
+use crate::transport::wr::{RecvWr, Sge, WcOpcode, WcStatus, WorkCompletion, WorkQueue};
+use crate::wire::{
+    AtomicEthRepr, BthRepr, DethRepr, ExtReprs, IethRepr, ImmDtRepr, NakCode, Opcode, RethRepr,
+    Syndrome, TransportRepr,
+};
 
 const PD: u32 = 3;
 const QPN: u32 = 0x12;
@@ -167,6 +178,22 @@ impl H {
         k
     }
 
+    /// Feeds the request packet that `pkt` builds from these parts.
+    fn rx(&mut self, op: Opcode, psn: u32, ack_req: bool, ext: ExtReprs, payload: &[u8]) {
+        self.feed(&pkt(op, psn, ack_req, ext, payload));
+    }
+
+    /// Feeds an RDMA READ request (AckReq set) for `len` bytes at `va`.
+    fn read_req(&mut self, psn: u32, rkey: Key, va: u64, len: u32) {
+        self.rx(
+            Opcode::RC_RDMA_READ_REQUEST,
+            psn,
+            true,
+            reth(va, rkey, len),
+            b"",
+        );
+    }
+
     fn feed(&mut self, bytes: &[u8]) {
         let pkt = TransportRepr::parse(bytes).unwrap();
         self.resp.handle_request(
@@ -217,21 +244,10 @@ impl H {
 
 fn pkt(op: Opcode, psn: u32, ack_req: bool, ext: ExtReprs, payload: &[u8]) -> Vec<u8> {
     let bth = BthRepr {
-        opcode: op,
-        solicited: false,
-        mig_req: false,
-        pad_count: 0,
-        pkey: 0xffff,
-        fecn: false,
-        becn: false,
-        dest_qp: QPN,
         ack_req,
-        psn,
+        ..test_packet::bth(op, QPN, psn)
     };
-    let repr = TransportRepr::new(bth, ext, payload.len());
-    let mut buf = vec![0u8; repr.buffer_len().unwrap()];
-    repr.emit(&mut buf, payload).unwrap();
-    buf
+    test_packet::emit(bth, ext, payload)
 }
 
 fn none() -> ExtReprs {
@@ -380,21 +396,15 @@ fn rtr_takes_rq_psn_and_comm_established_once() {
     assert_eq!(h.resp.expected_psn(), Psn::new(RQ_PSN));
     h.recv(1, 64);
     h.recv(2, 64);
-    h.feed(&pkt(Opcode::RC_SEND_ONLY, RQ_PSN, true, none(), b"abcd"));
-    h.feed(&pkt(
-        Opcode::RC_SEND_ONLY,
-        RQ_PSN + 1,
-        true,
-        none(),
-        b"efgh",
-    ));
+    h.rx(Opcode::RC_SEND_ONLY, RQ_PSN, true, none(), b"abcd");
+    h.rx(Opcode::RC_SEND_ONLY, RQ_PSN + 1, true, none(), b"efgh");
     assert_eq!(h.events(), [AsyncEvent::CommEstablished { qpn: QPN }]);
 
     // A QP that reaches RTS before its first packet raises nothing.
     let mut h = H::new(QpType::Rc);
     h.enter_rts();
     h.recv(1, 64);
-    h.feed(&pkt(Opcode::RC_SEND_ONLY, RQ_PSN, true, none(), b"abcd"));
+    h.rx(Opcode::RC_SEND_ONLY, RQ_PSN, true, none(), b"abcd");
     assert_eq!(h.events(), []);
 }
 
@@ -404,7 +414,7 @@ fn rtr_takes_rq_psn_and_comm_established_once() {
 fn send_only_completes_and_is_acked() {
     let mut h = H::new(QpType::Rc);
     let k = h.recv(5, 64);
-    h.feed(&pkt(Opcode::RC_SEND_ONLY, RQ_PSN, true, none(), b"hello"));
+    h.rx(Opcode::RC_SEND_ONLY, RQ_PSN, true, none(), b"hello");
     let wcs = h.wcs();
     assert_eq!(wcs.len(), 1);
     let wc = wcs[0];
@@ -445,28 +455,22 @@ fn multi_packet_send_scatters_over_sges_with_immediate() {
         .post_recv(&h.c, RecvWr { wr_id: 7, sg_list })
         .unwrap();
     let data = bytes(2 * MTU + 10, 3);
-    h.feed(&pkt(
-        Opcode::RC_SEND_FIRST,
-        RQ_PSN,
-        false,
-        none(),
-        &data[..MTU],
-    ));
-    h.feed(&pkt(
+    h.rx(Opcode::RC_SEND_FIRST, RQ_PSN, false, none(), &data[..MTU]);
+    h.rx(
         Opcode::RC_SEND_MIDDLE,
         RQ_PSN + 1,
         false,
         none(),
         &data[MTU..2 * MTU],
-    ));
+    );
     assert!(h.out().is_empty(), "no AckReq, not last: coalesced");
-    h.feed(&pkt(
+    h.rx(
         Opcode::RC_SEND_LAST_WITH_IMMEDIATE,
         RQ_PSN + 2,
         true,
         imm(0xdead_beef),
         &data[2 * MTU..],
-    ));
+    );
     let wc = h.wcs()[0];
     assert_eq!(wc.byte_len as usize, data.len());
     assert_eq!(wc.imm_data, Some(0xdead_beef));
@@ -483,30 +487,24 @@ fn ack_req_on_a_middle_packet_is_answered_and_acks_coalesce() {
     let mut h = H::new(QpType::Rc);
     h.recv(1, 1024);
     let data = bytes(3 * MTU, 1);
-    h.feed(&pkt(
-        Opcode::RC_SEND_FIRST,
-        RQ_PSN,
-        true,
-        none(),
-        &data[..MTU],
-    ));
+    h.rx(Opcode::RC_SEND_FIRST, RQ_PSN, true, none(), &data[..MTU]);
     let out = h.out();
     assert_eq!(out.len(), 1);
     assert_ack(&out[0], RQ_PSN, ACK, 0);
-    h.feed(&pkt(
+    h.rx(
         Opcode::RC_SEND_MIDDLE,
         RQ_PSN + 1,
         true,
         none(),
         &data[MTU..2 * MTU],
-    ));
-    h.feed(&pkt(
+    );
+    h.rx(
         Opcode::RC_SEND_LAST,
         RQ_PSN + 2,
         true,
         none(),
         &data[2 * MTU..],
-    ));
+    );
     // Two ACKs queued back to back: the newer replaces the older.
     let out = h.out();
     assert_eq!(out.len(), 1);
@@ -521,13 +519,13 @@ fn send_with_invalidate_reports_the_rkey() {
         ieth: Some(IethRepr { rkey: 0x1234_5601 }),
         ..ExtReprs::default()
     };
-    h.feed(&pkt(
+    h.rx(
         Opcode::RC_SEND_ONLY_WITH_INVALIDATE,
         RQ_PSN,
         true,
         ext,
         b"x",
-    ));
+    );
     let wc = h.wcs()[0];
     assert_eq!(wc.invalidated_rkey, Some(0x1234_5601));
     assert_eq!(wc.status, WcStatus::Success);
@@ -537,7 +535,7 @@ fn send_with_invalidate_reports_the_rkey() {
 fn zero_length_send() {
     let mut h = H::new(QpType::Rc);
     h.recv(1, 0);
-    h.feed(&pkt(Opcode::RC_SEND_ONLY, RQ_PSN, true, none(), b""));
+    h.rx(Opcode::RC_SEND_ONLY, RQ_PSN, true, none(), b"");
     let wc = h.wcs()[0];
     assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, 0));
 }
@@ -547,9 +545,9 @@ fn zero_length_send() {
 #[test]
 fn rnr_nak_then_silence_then_success() {
     let mut h = H::new(QpType::Rc);
-    h.feed(&pkt(Opcode::RC_SEND_ONLY, RQ_PSN, true, none(), b"a"));
+    h.rx(Opcode::RC_SEND_ONLY, RQ_PSN, true, none(), b"a");
     // Packets in flight behind it: no sequence-error NAK on top.
-    h.feed(&pkt(Opcode::RC_SEND_ONLY, RQ_PSN + 1, true, none(), b"b"));
+    h.rx(Opcode::RC_SEND_ONLY, RQ_PSN + 1, true, none(), b"b");
     let out = h.out();
     assert_eq!(out.len(), 1);
     assert_ack(&out[0], RQ_PSN, Syndrome::RnrNak { timer: RNR_TIMER }, 0);
@@ -558,8 +556,8 @@ fn rnr_nak_then_silence_then_success() {
     assert_eq!(h.c.state(), QpState::Rtr);
     h.recv(1, 8);
     h.recv(2, 8);
-    h.feed(&pkt(Opcode::RC_SEND_ONLY, RQ_PSN, true, none(), b"a"));
-    h.feed(&pkt(Opcode::RC_SEND_ONLY, RQ_PSN + 1, true, none(), b"b"));
+    h.rx(Opcode::RC_SEND_ONLY, RQ_PSN, true, none(), b"a");
+    h.rx(Opcode::RC_SEND_ONLY, RQ_PSN + 1, true, none(), b"b");
     assert_eq!(h.wcs().len(), 2);
     let out = h.out();
     assert_eq!(out.len(), 1);
@@ -570,20 +568,8 @@ fn rnr_nak_then_silence_then_success() {
 fn rnr_on_a_multi_packet_send_names_its_first_packet() {
     let mut h = H::new(QpType::Rc);
     let data = bytes(2 * MTU, 0);
-    h.feed(&pkt(
-        Opcode::RC_SEND_FIRST,
-        RQ_PSN,
-        false,
-        none(),
-        &data[..MTU],
-    ));
-    h.feed(&pkt(
-        Opcode::RC_SEND_LAST,
-        RQ_PSN + 1,
-        true,
-        none(),
-        &data[MTU..],
-    ));
+    h.rx(Opcode::RC_SEND_FIRST, RQ_PSN, false, none(), &data[..MTU]);
+    h.rx(Opcode::RC_SEND_LAST, RQ_PSN + 1, true, none(), &data[MTU..]);
     let out = h.out();
     assert_eq!(out.len(), 1);
     assert_ack(&out[0], RQ_PSN, Syndrome::RnrNak { timer: RNR_TIMER }, 0);
@@ -595,16 +581,16 @@ fn sequence_error_nak_once_until_the_expected_psn() {
     for _ in 0..4 {
         h.recv(1, 64);
     }
-    h.feed(&pkt(Opcode::RC_SEND_ONLY, RQ_PSN + 1, true, none(), b"b"));
-    h.feed(&pkt(Opcode::RC_SEND_ONLY, RQ_PSN + 2, true, none(), b"c"));
+    h.rx(Opcode::RC_SEND_ONLY, RQ_PSN + 1, true, none(), b"b");
+    h.rx(Opcode::RC_SEND_ONLY, RQ_PSN + 2, true, none(), b"c");
     let out = h.out();
     assert_eq!(out.len(), 1);
     assert_ack(&out[0], RQ_PSN, nak(NakCode::PsnSequenceError), 0);
     assert_eq!(h.cnt.get(Counter::OutOfSeqRequest), 2);
     assert!(h.wcs().is_empty());
     // The expected one clears it; a new gap gets a new NAK.
-    h.feed(&pkt(Opcode::RC_SEND_ONLY, RQ_PSN, true, none(), b"a"));
-    h.feed(&pkt(Opcode::RC_SEND_ONLY, RQ_PSN + 3, true, none(), b"d"));
+    h.rx(Opcode::RC_SEND_ONLY, RQ_PSN, true, none(), b"a");
+    h.rx(Opcode::RC_SEND_ONLY, RQ_PSN + 3, true, none(), b"d");
     let out = h.out();
     assert_eq!(out.len(), 2);
     assert_ack(&out[0], RQ_PSN, ACK, 1);
@@ -618,24 +604,24 @@ fn duplicate_send_and_write_are_reacked_not_redelivered() {
     h.recv(1, 64);
     h.recv(2, 64);
     let (k, va) = h.region(64, 0, ALL);
-    h.feed(&pkt(Opcode::RC_SEND_ONLY, RQ_PSN, true, none(), b"a"));
-    h.feed(&pkt(
+    h.rx(Opcode::RC_SEND_ONLY, RQ_PSN, true, none(), b"a");
+    h.rx(
         Opcode::RC_RDMA_WRITE_ONLY,
         RQ_PSN + 1,
         true,
         reth(va, k, 4),
         b"wxyz",
-    ));
+    );
     assert_eq!(h.out().len(), 1);
     h.mem.bytes_mut(k).unwrap()[..4].copy_from_slice(b"0000");
-    h.feed(&pkt(Opcode::RC_SEND_ONLY, RQ_PSN, true, none(), b"a"));
-    h.feed(&pkt(
+    h.rx(Opcode::RC_SEND_ONLY, RQ_PSN, true, none(), b"a");
+    h.rx(
         Opcode::RC_RDMA_WRITE_ONLY,
         RQ_PSN + 1,
         true,
         reth(va, k, 4),
         b"wxyz",
-    ));
+    );
     assert_eq!(h.wcs().len(), 1, "delivered once");
     assert_eq!(&h.mem.bytes(k).unwrap()[..4], b"0000", "not written twice");
     let out = h.out();
@@ -650,26 +636,26 @@ fn psn_wraps_at_2_pow_24() {
     let mut h = H::with(QpType::Rc, ALL, 1, 0xff_ffff);
     h.recv(1, 1024);
     let data = bytes(MTU + 1, 0);
-    h.feed(&pkt(
+    h.rx(
         Opcode::RC_SEND_FIRST,
         0xff_ffff,
         false,
         none(),
         &data[..MTU],
-    ));
-    h.feed(&pkt(Opcode::RC_SEND_LAST, 0, true, none(), &data[MTU..]));
+    );
+    h.rx(Opcode::RC_SEND_LAST, 0, true, none(), &data[MTU..]);
     assert_eq!(h.wcs()[0].byte_len as usize, MTU + 1);
     let out = h.out();
     assert_ack(&out[0], 0, ACK, 1);
     assert_eq!(h.resp.expected_psn(), Psn::new(1));
     // 0xffffff is now a duplicate.
-    h.feed(&pkt(
+    h.rx(
         Opcode::RC_SEND_FIRST,
         0xff_ffff,
         false,
         none(),
         &data[..MTU],
-    ));
+    );
     assert_ack(&h.out()[0], 0, ACK, 1);
 }
 
@@ -680,7 +666,7 @@ fn send_longer_than_the_receive_is_loc_len_err_and_nak_invalid_request() {
     let mut h = H::new(QpType::Rc);
     h.recv(1, 4);
     h.recv(2, 64);
-    h.feed(&pkt(Opcode::RC_SEND_ONLY, RQ_PSN, true, none(), b"toolong"));
+    h.rx(Opcode::RC_SEND_ONLY, RQ_PSN, true, none(), b"toolong");
     let wcs = h.wcs();
     assert_eq!(wcs.len(), 2);
     assert_eq!((wcs[0].wr_id, wcs[0].status), (1, WcStatus::LocLenErr));
@@ -706,7 +692,7 @@ fn bad_receive_buffer_is_loc_prot_err_and_remote_operational_error() {
     h.resp
         .post_recv(&h.c, RecvWr { wr_id: 3, sg_list })
         .unwrap();
-    h.feed(&pkt(Opcode::RC_SEND_ONLY, RQ_PSN, true, none(), b"x"));
+    h.rx(Opcode::RC_SEND_ONLY, RQ_PSN, true, none(), b"x");
     assert_eq!(h.wcs()[0].status, WcStatus::LocProtErr);
     assert_ack(&h.out()[0], RQ_PSN, nak(NakCode::RemoteOperationalError), 0);
     assert_eq!(h.c.state(), QpState::Error);
@@ -718,7 +704,7 @@ fn opcode_sequence_errors_are_invalid_requests() {
     // MIDDLE without FIRST.
     let mut h = H::new(QpType::Rc);
     h.recv(1, 1024);
-    h.feed(&pkt(Opcode::RC_SEND_MIDDLE, RQ_PSN, true, none(), &data));
+    h.rx(Opcode::RC_SEND_MIDDLE, RQ_PSN, true, none(), &data);
     assert_ack(&h.out()[0], RQ_PSN, nak(NakCode::InvalidRequest), 0);
     assert_eq!(h.c.state(), QpState::Error);
     assert_eq!(h.wcs()[0].status, WcStatus::WrFlushErr);
@@ -726,14 +712,8 @@ fn opcode_sequence_errors_are_invalid_requests() {
     // A new FIRST inside a message; the receive in progress is flushed.
     let mut h = H::new(QpType::Rc);
     h.recv(1, 1024);
-    h.feed(&pkt(Opcode::RC_SEND_FIRST, RQ_PSN, false, none(), &data));
-    h.feed(&pkt(
-        Opcode::RC_SEND_FIRST,
-        RQ_PSN + 1,
-        false,
-        none(),
-        &data,
-    ));
+    h.rx(Opcode::RC_SEND_FIRST, RQ_PSN, false, none(), &data);
+    h.rx(Opcode::RC_SEND_FIRST, RQ_PSN + 1, false, none(), &data);
     assert_ack(&h.out()[0], RQ_PSN + 1, nak(NakCode::InvalidRequest), 0);
     let wcs = h.wcs();
     assert_eq!((wcs[0].wr_id, wcs[0].status), (1, WcStatus::WrFlushErr));
@@ -741,13 +721,7 @@ fn opcode_sequence_errors_are_invalid_requests() {
     // A FIRST shorter than the path MTU.
     let mut h = H::new(QpType::Rc);
     h.recv(1, 1024);
-    h.feed(&pkt(
-        Opcode::RC_SEND_FIRST,
-        RQ_PSN,
-        false,
-        none(),
-        &data[..8],
-    ));
+    h.rx(Opcode::RC_SEND_FIRST, RQ_PSN, false, none(), &data[..8]);
     assert_ack(&h.out()[0], RQ_PSN, nak(NakCode::InvalidRequest), 0);
 }
 
@@ -759,27 +733,27 @@ fn write_multi_packet_lands_at_offsets() {
     let (k, va) = h.region(1024, 0, ALL);
     let data = bytes(2 * MTU + 3, 9);
     let len = data.len() as u32;
-    h.feed(&pkt(
+    h.rx(
         Opcode::RC_RDMA_WRITE_FIRST,
         RQ_PSN,
         false,
         reth(va + 8, k, len),
         &data[..MTU],
-    ));
-    h.feed(&pkt(
+    );
+    h.rx(
         Opcode::RC_RDMA_WRITE_MIDDLE,
         RQ_PSN + 1,
         false,
         none(),
         &data[MTU..2 * MTU],
-    ));
-    h.feed(&pkt(
+    );
+    h.rx(
         Opcode::RC_RDMA_WRITE_LAST,
         RQ_PSN + 2,
         true,
         none(),
         &data[2 * MTU..],
-    ));
+    );
     assert_eq!(&h.mem.bytes(k).unwrap()[8..8 + data.len()], &data[..]);
     assert!(h.wcs().is_empty(), "a WRITE consumes no receive");
     assert_ack(&h.out()[0], RQ_PSN + 2, ACK, 1);
@@ -790,33 +764,33 @@ fn write_lengths_must_add_up_to_the_dma_length() {
     let mut h = H::new(QpType::Rc);
     let (k, va) = h.region(1024, 0, ALL);
     let data = bytes(2 * MTU, 0);
-    h.feed(&pkt(
+    h.rx(
         Opcode::RC_RDMA_WRITE_FIRST,
         RQ_PSN,
         false,
         reth(va, k, 600),
         &data[..MTU],
-    ));
-    h.feed(&pkt(
+    );
+    h.rx(
         Opcode::RC_RDMA_WRITE_LAST,
         RQ_PSN + 1,
         true,
         none(),
         &data[MTU..2 * MTU],
-    ));
+    );
     assert_ack(&h.out()[0], RQ_PSN + 1, nak(NakCode::InvalidRequest), 0);
     assert_eq!(h.c.state(), QpState::Error);
 
     // ONLY with a payload other than the DMA length.
     let mut h = H::new(QpType::Rc);
     let (k, va) = h.region(64, 0, ALL);
-    h.feed(&pkt(
+    h.rx(
         Opcode::RC_RDMA_WRITE_ONLY,
         RQ_PSN,
         true,
         reth(va, k, 8),
         b"abcd",
-    ));
+    );
     assert_ack(&h.out()[0], RQ_PSN, nak(NakCode::InvalidRequest), 0);
 }
 
@@ -833,26 +807,26 @@ fn write_access_errors_are_remote_access_errors() {
         let (k, va) = h.region(64, 0, access | AccessFlags::LOCAL_WRITE);
         let k = k.with_key(k.key().wrapping_add(key_delta));
         let va = va.wrapping_add_signed(shift);
-        h.feed(&pkt(
+        h.rx(
             Opcode::RC_RDMA_WRITE_ONLY,
             RQ_PSN,
             true,
             reth(va, k, 8),
             b"abcdefgh",
-        ));
+        );
         assert_ack(&h.out()[0], RQ_PSN, nak(NakCode::RemoteAccessError), 0);
         assert_eq!(h.c.state(), QpState::Error);
     }
     // Another PD.
     let mut h = H::new(QpType::Rc);
     let k = h.mem.register(PD + 1, 0x100, 64, ALL).unwrap();
-    h.feed(&pkt(
+    h.rx(
         Opcode::RC_RDMA_WRITE_ONLY,
         RQ_PSN,
         true,
         reth(0x100, k, 4),
         b"abcd",
-    ));
+    );
     assert_ack(&h.out()[0], RQ_PSN, nak(NakCode::RemoteAccessError), 0);
 }
 
@@ -860,93 +834,89 @@ fn write_access_errors_are_remote_access_errors() {
 fn operations_the_qp_does_not_enable_are_invalid_requests() {
     let mut h = H::with(QpType::Rc, AccessFlags::LOCAL_WRITE, 4, RQ_PSN);
     let (k, va) = h.region(64, 0, ALL);
-    h.feed(&pkt(
+    h.rx(
         Opcode::RC_RDMA_WRITE_ONLY,
         RQ_PSN,
         true,
         reth(va, k, 4),
         b"abcd",
-    ));
+    );
     assert_ack(&h.out()[0], RQ_PSN, nak(NakCode::InvalidRequest), 0);
     assert_eq!(h.mem.bytes(k).unwrap()[0], 0);
 
     let mut h = H::with(QpType::Rc, AccessFlags::REMOTE_WRITE, 4, RQ_PSN);
     let (k, va) = h.region(64, 0, ALL);
-    h.feed(&pkt(
-        Opcode::RC_RDMA_READ_REQUEST,
-        RQ_PSN,
-        true,
-        reth(va, k, 4),
-        b"",
-    ));
+    h.read_req(RQ_PSN, k, va, 4);
     assert_ack(&h.out()[0], RQ_PSN, nak(NakCode::InvalidRequest), 0);
 
     let mut h = H::with(QpType::Rc, AccessFlags::REMOTE_READ, 4, RQ_PSN);
     let (k, va) = h.region(64, 0, ALL);
-    h.feed(&pkt(
-        Opcode::RC_FETCH_ADD,
-        RQ_PSN,
-        true,
-        atomic(va, k, 1, 0),
-        b"",
-    ));
+    h.rx(Opcode::RC_FETCH_ADD, RQ_PSN, true, atomic(va, k, 1, 0), b"");
     assert_ack(&h.out()[0], RQ_PSN, nak(NakCode::InvalidRequest), 0);
 }
 
-#[test]
-fn write_with_immediate_consumes_a_receive() {
-    let mut h = H::new(QpType::Rc);
+/// A WRITE with immediate (77) of MTU + 4 bytes into a new region, whose
+/// LAST packet finds no receive: the RNR NAK names the LAST and the WRITE
+/// state survives. Then `post` posts receives, the LAST comes again and the
+/// WRITE lands. Returns the region's key and VA, the length and the
+/// completion.
+fn write_imm_after_rnr(h: &mut H, post: impl FnOnce(&mut H)) -> (Key, u64, u32, WorkCompletion) {
     let (k, va) = h.region(1024, 0, ALL);
     let data = bytes(MTU + 4, 2);
     let len = data.len() as u32;
-    h.feed(&pkt(
+    h.rx(
         Opcode::RC_RDMA_WRITE_FIRST,
         RQ_PSN,
         false,
         reth(va, k, len),
         &data[..MTU],
-    ));
-    // No receive for the LAST: RNR NAK names it; the WRITE state survives.
-    h.feed(&pkt(
-        Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
-        RQ_PSN + 1,
-        true,
-        imm(77),
-        &data[MTU..],
-    ));
+    );
+    let last = |h: &mut H| {
+        h.rx(
+            Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+            RQ_PSN + 1,
+            true,
+            imm(77),
+            &data[MTU..],
+        )
+    };
+    last(h);
     assert_ack(
         &h.out()[0],
         RQ_PSN + 1,
         Syndrome::RnrNak { timer: RNR_TIMER },
         0,
     );
-    h.recv(4, 0);
-    h.feed(&pkt(
-        Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
-        RQ_PSN + 1,
-        true,
-        imm(77),
-        &data[MTU..],
-    ));
+    post(h);
+    last(h);
     let wc = h.wcs()[0];
+    assert_eq!(&h.mem.bytes(k).unwrap()[..data.len()], &data[..]);
+    (k, va, len, wc)
+}
+
+#[test]
+fn write_with_immediate_consumes_a_receive() {
+    let mut h = H::new(QpType::Rc);
+    let (_, _, len, wc) = write_imm_after_rnr(&mut h, |h| {
+        h.recv(4, 0);
+    });
     assert_eq!(
         (wc.wr_id, wc.opcode, wc.byte_len, wc.imm_data),
         (4, WcOpcode::RecvRdmaWithImm, len, Some(77))
     );
-    assert_eq!(&h.mem.bytes(k).unwrap()[..data.len()], &data[..]);
     assert_ack(&h.out()[0], RQ_PSN + 1, ACK, 1);
 
     // Zero-length WRITE with immediate: no valid R_Key needed (C9-88).
     h.recv(5, 0);
     let mut ext = reth(0, Key::new(0), 0);
     ext.immdt = Some(ImmDtRepr { imm: 1 });
-    h.feed(&pkt(
+    h.rx(
         Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
         RQ_PSN + 2,
         true,
         ext,
         b"",
-    ));
+    );
     let wc = h.wcs()[0];
     assert_eq!(
         (wc.wr_id, wc.byte_len, wc.status),
@@ -968,13 +938,7 @@ fn filled(h: &mut H, len: usize) -> (Key, u64, Vec<u8>) {
 fn read_responses_first_middle_last_with_psns_and_aeth() {
     let mut h = H::new(QpType::Rc);
     let (k, va, data) = filled(&mut h, 1000);
-    h.feed(&pkt(
-        Opcode::RC_RDMA_READ_REQUEST,
-        RQ_PSN,
-        true,
-        reth(va + 10, k, 600),
-        b"",
-    ));
+    h.read_req(RQ_PSN, k, va + 10, 600);
     assert_eq!(h.resp.expected_psn(), Psn::new(RQ_PSN + 3));
     let out = h.out();
     let ops: Vec<_> = out.iter().map(|o| o.0.bth.opcode).collect();
@@ -995,13 +959,13 @@ fn read_responses_first_middle_last_with_psns_and_aeth() {
     assert_eq!(&got[..], &data[10..610]);
 
     // Zero-length READ: one empty ONLY.
-    h.feed(&pkt(
+    h.rx(
         Opcode::RC_RDMA_READ_REQUEST,
         RQ_PSN + 3,
         true,
         reth(0, Key::new(0), 0),
         b"",
-    ));
+    );
     let out = h.out();
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].0.bth.opcode, Opcode::RC_RDMA_READ_RESPONSE_ONLY);
@@ -1014,22 +978,10 @@ fn read_responses_first_middle_last_with_psns_and_aeth() {
 fn duplicate_read_is_reexecuted_from_its_psn() {
     let mut h = H::new(QpType::Rc);
     let (k, va, data) = filled(&mut h, 1000);
-    h.feed(&pkt(
-        Opcode::RC_RDMA_READ_REQUEST,
-        RQ_PSN,
-        true,
-        reth(va, k, 600),
-        b"",
-    ));
+    h.read_req(RQ_PSN, k, va, 600);
     assert_eq!(h.out().len(), 3);
     // The requester lost the last two and asks for the rest.
-    h.feed(&pkt(
-        Opcode::RC_RDMA_READ_REQUEST,
-        RQ_PSN + 1,
-        true,
-        reth(va + MTU as u64, k, 600 - MTU as u32),
-        b"",
-    ));
+    h.read_req(RQ_PSN + 1, k, va + MTU as u64, 600 - MTU as u32);
     let out = h.out();
     let ops: Vec<_> = out.iter().map(|o| (o.0.bth.opcode, o.0.bth.psn)).collect();
     assert_eq!(
@@ -1045,29 +997,11 @@ fn duplicate_read_is_reexecuted_from_its_psn() {
     assert_eq!(h.cnt.get(Counter::DuplicateRequest), 1);
 
     // Outside the original range: dropped.
-    h.feed(&pkt(
-        Opcode::RC_RDMA_READ_REQUEST,
-        RQ_PSN + 1,
-        true,
-        reth(va, k, 700),
-        b"",
-    ));
+    h.read_req(RQ_PSN + 1, k, va, 700);
     assert!(h.out().is_empty());
     // A duplicate while the first answer is still queued restarts it.
-    h.feed(&pkt(
-        Opcode::RC_RDMA_READ_REQUEST,
-        RQ_PSN,
-        true,
-        reth(va, k, 600),
-        b"",
-    ));
-    h.feed(&pkt(
-        Opcode::RC_RDMA_READ_REQUEST,
-        RQ_PSN,
-        true,
-        reth(va, k, 600),
-        b"",
-    ));
+    h.read_req(RQ_PSN, k, va, 600);
+    h.read_req(RQ_PSN, k, va, 600);
     assert_eq!(h.out().len(), 3);
     assert_eq!(h.c.state(), QpState::Rtr);
 }
@@ -1077,14 +1011,8 @@ fn responses_keep_psn_order_with_acks() {
     let mut h = H::new(QpType::Rc);
     let (k, va, _) = filled(&mut h, 1000);
     h.recv(1, 64);
-    h.feed(&pkt(
-        Opcode::RC_RDMA_READ_REQUEST,
-        RQ_PSN,
-        true,
-        reth(va, k, 300),
-        b"",
-    ));
-    h.feed(&pkt(Opcode::RC_SEND_ONLY, RQ_PSN + 2, true, none(), b"s"));
+    h.read_req(RQ_PSN, k, va, 300);
+    h.rx(Opcode::RC_SEND_ONLY, RQ_PSN + 2, true, none(), b"s");
     let out = h.out();
     let ops: Vec<_> = out.iter().map(|o| (o.0.bth.opcode, o.0.bth.psn)).collect();
     assert_eq!(
@@ -1102,20 +1030,8 @@ fn responses_keep_psn_order_with_acks() {
 fn more_reads_than_max_dest_rd_atomic_is_invalid_request() {
     let mut h = H::with(QpType::Rc, ALL, 1, RQ_PSN);
     let (k, va, _) = filled(&mut h, 64);
-    h.feed(&pkt(
-        Opcode::RC_RDMA_READ_REQUEST,
-        RQ_PSN,
-        true,
-        reth(va, k, 8),
-        b"",
-    ));
-    h.feed(&pkt(
-        Opcode::RC_RDMA_READ_REQUEST,
-        RQ_PSN + 1,
-        true,
-        reth(va, k, 8),
-        b"",
-    ));
+    h.read_req(RQ_PSN, k, va, 8);
+    h.read_req(RQ_PSN + 1, k, va, 8);
     let out = h.out();
     assert_eq!(out.len(), 1, "in ERR only the NAK still goes out");
     assert_ack(&out[0], RQ_PSN + 1, nak(NakCode::InvalidRequest), 1);
@@ -1125,13 +1041,7 @@ fn more_reads_than_max_dest_rd_atomic_is_invalid_request() {
     let mut h = H::with(QpType::Rc, ALL, 1, RQ_PSN);
     let (k, va, _) = filled(&mut h, 64);
     for i in 0..3 {
-        h.feed(&pkt(
-            Opcode::RC_RDMA_READ_REQUEST,
-            RQ_PSN + i,
-            true,
-            reth(va, k, 8),
-            b"",
-        ));
+        h.read_req(RQ_PSN + i, k, va, 8);
         assert_eq!(h.out().len(), 1);
     }
     assert_eq!(h.c.state(), QpState::Rtr);
@@ -1141,13 +1051,7 @@ fn more_reads_than_max_dest_rd_atomic_is_invalid_request() {
 fn read_access_error() {
     let mut h = H::new(QpType::Rc);
     let (k, va) = h.region(64, 0, AccessFlags::REMOTE_WRITE);
-    h.feed(&pkt(
-        Opcode::RC_RDMA_READ_REQUEST,
-        RQ_PSN,
-        true,
-        reth(va, k, 8),
-        b"",
-    ));
+    h.read_req(RQ_PSN, k, va, 8);
     assert_ack(&h.out()[0], RQ_PSN, nak(NakCode::RemoteAccessError), 0);
     assert_eq!(h.c.state(), QpState::Error);
 }
@@ -1156,13 +1060,7 @@ fn read_access_error() {
 fn region_gone_while_read_responses_are_sent_is_a_nak() {
     let mut h = H::new(QpType::Rc);
     let (k, va, _) = filled(&mut h, 1000);
-    h.feed(&pkt(
-        Opcode::RC_RDMA_READ_REQUEST,
-        RQ_PSN,
-        true,
-        reth(va, k, 600),
-        b"",
-    ));
+    h.read_req(RQ_PSN, k, va, 600);
     h.mem.deregister(k).unwrap();
     let out = h.out();
     assert_eq!(out.len(), 1);
@@ -1181,13 +1079,7 @@ fn fetch_add_once_and_duplicate_answered_from_the_table() {
     let mut h = H::new(QpType::Rc);
     let (k, va) = h.region(16, 0, ALL);
     h.mem.bytes_mut(k).unwrap()[..8].copy_from_slice(&40u64.to_ne_bytes());
-    h.feed(&pkt(
-        Opcode::RC_FETCH_ADD,
-        RQ_PSN,
-        true,
-        atomic(va, k, 2, 0),
-        b"",
-    ));
+    h.rx(Opcode::RC_FETCH_ADD, RQ_PSN, true, atomic(va, k, 2, 0), b"");
     let out = h.out();
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].0.bth.opcode, Opcode::RC_ATOMIC_ACKNOWLEDGE);
@@ -1196,20 +1088,8 @@ fn fetch_add_once_and_duplicate_answered_from_the_table() {
     assert_eq!(out[0].0.ext.aeth.unwrap().msn, 1);
     assert_eq!(word(&h, k), 42);
     // The duplicate is never executed again.
-    h.feed(&pkt(
-        Opcode::RC_FETCH_ADD,
-        RQ_PSN,
-        true,
-        atomic(va, k, 2, 0),
-        b"",
-    ));
-    h.feed(&pkt(
-        Opcode::RC_FETCH_ADD,
-        RQ_PSN,
-        true,
-        atomic(va, k, 2, 0),
-        b"",
-    ));
+    h.rx(Opcode::RC_FETCH_ADD, RQ_PSN, true, atomic(va, k, 2, 0), b"");
+    h.rx(Opcode::RC_FETCH_ADD, RQ_PSN, true, atomic(va, k, 2, 0), b"");
     let out = h.out();
     assert_eq!(out.len(), 1, "one answer while one is queued");
     assert_eq!(out[0].0.ext.atomic_ack_eth.unwrap().orig_data, 40);
@@ -1223,21 +1103,21 @@ fn compare_swap() {
     let (k, va) = h.region(16, 0, ALL);
     h.mem.bytes_mut(k).unwrap()[8..16].copy_from_slice(&5u64.to_ne_bytes());
     // Mismatch: unchanged.
-    h.feed(&pkt(
+    h.rx(
         Opcode::RC_COMPARE_SWAP,
         RQ_PSN,
         true,
         atomic(va + 8, k, 9, 4),
         b"",
-    ));
+    );
     // Match: swapped.
-    h.feed(&pkt(
+    h.rx(
         Opcode::RC_COMPARE_SWAP,
         RQ_PSN + 1,
         true,
         atomic(va + 8, k, 9, 5),
         b"",
-    ));
+    );
     let out = h.out();
     let origs: Vec<_> = out
         .iter()
@@ -1252,24 +1132,18 @@ fn atomic_errors() {
     // Misaligned: Invalid Request.
     let mut h = H::new(QpType::Rc);
     let (k, va) = h.region(16, 0, ALL);
-    h.feed(&pkt(
+    h.rx(
         Opcode::RC_FETCH_ADD,
         RQ_PSN,
         true,
         atomic(va + 4, k, 1, 0),
         b"",
-    ));
+    );
     assert_ack(&h.out()[0], RQ_PSN, nak(NakCode::InvalidRequest), 0);
     // No REMOTE_ATOMIC on the region: Remote Access Error.
     let mut h = H::new(QpType::Rc);
     let (k, va) = h.region(16, 0, AccessFlags::REMOTE_WRITE);
-    h.feed(&pkt(
-        Opcode::RC_FETCH_ADD,
-        RQ_PSN,
-        true,
-        atomic(va, k, 1, 0),
-        b"",
-    ));
+    h.rx(Opcode::RC_FETCH_ADD, RQ_PSN, true, atomic(va, k, 1, 0), b"");
     assert_ack(&h.out()[0], RQ_PSN, nak(NakCode::RemoteAccessError), 0);
     assert_eq!(h.c.state(), QpState::Error);
 }
@@ -1281,43 +1155,25 @@ fn uc_gap_drops_the_message_and_reuses_its_receive() {
     let mut h = H::new(QpType::Uc);
     let k = h.recv(1, 1024);
     let data = bytes(3 * MTU, 0);
-    h.feed(&pkt(
-        Opcode::UC_SEND_FIRST,
-        RQ_PSN,
-        false,
-        none(),
-        &data[..MTU],
-    ));
+    h.rx(Opcode::UC_SEND_FIRST, RQ_PSN, false, none(), &data[..MTU]);
     // RQ_PSN + 1 (MIDDLE) lost.
-    h.feed(&pkt(
+    h.rx(
         Opcode::UC_SEND_LAST,
         RQ_PSN + 2,
         false,
         none(),
         &data[2 * MTU..],
-    ));
+    );
     assert!(h.wcs().is_empty());
     assert_eq!(h.resp.posted_recvs(), 1);
     // The next message gets the same receive.
-    h.feed(&pkt(
-        Opcode::UC_SEND_ONLY,
-        RQ_PSN + 3,
-        false,
-        none(),
-        b"next",
-    ));
+    h.rx(Opcode::UC_SEND_ONLY, RQ_PSN + 3, false, none(), b"next");
     let wc = h.wcs()[0];
     assert_eq!((wc.wr_id, wc.byte_len), (1, 4));
     assert_eq!(&h.mem.bytes(k).unwrap()[..4], b"next");
     // A stale copy of it is not delivered twice.
     h.recv(2, 64);
-    h.feed(&pkt(
-        Opcode::UC_SEND_ONLY,
-        RQ_PSN + 3,
-        false,
-        none(),
-        b"next",
-    ));
+    h.rx(Opcode::UC_SEND_ONLY, RQ_PSN + 3, false, none(), b"next");
     assert!(h.wcs().is_empty());
     assert!(h.out().is_empty(), "UC never acknowledges");
     assert!(h.cnt.get(Counter::DropUcIncomplete) >= 1);
@@ -1330,24 +1186,24 @@ fn uc_discards_until_the_next_first_or_only() {
     h.recv(1, 1024);
     let data = bytes(3 * MTU, 0);
     // FIRST lost; MIDDLE and LAST are dropped.
-    h.feed(&pkt(
+    h.rx(
         Opcode::UC_SEND_MIDDLE,
         RQ_PSN + 1,
         false,
         none(),
         &data[..MTU],
-    ));
-    h.feed(&pkt(Opcode::UC_SEND_LAST, RQ_PSN + 2, false, none(), b"z"));
+    );
+    h.rx(Opcode::UC_SEND_LAST, RQ_PSN + 2, false, none(), b"z");
     assert!(h.wcs().is_empty());
     // WRITE to a valid region starts fresh.
     let (k, va) = h.region(64, 0, ALL);
-    h.feed(&pkt(
+    h.rx(
         Opcode::UC_RDMA_WRITE_ONLY,
         RQ_PSN + 3,
         false,
         reth(va, k, 2),
         b"ok",
-    ));
+    );
     assert_eq!(&h.mem.bytes(k).unwrap()[..2], b"ok");
     assert_eq!(h.c.state(), QpState::Rtr);
 }
@@ -1356,21 +1212,21 @@ fn uc_discards_until_the_next_first_or_only() {
 fn uc_errors_drop_without_nak() {
     let mut h = H::new(QpType::Uc);
     // No receive.
-    h.feed(&pkt(Opcode::UC_SEND_ONLY, RQ_PSN, false, none(), b"a"));
+    h.rx(Opcode::UC_SEND_ONLY, RQ_PSN, false, none(), b"a");
     assert_eq!(h.cnt.get(Counter::DropNoRecv), 1);
     // Bad R_Key.
-    h.feed(&pkt(
+    h.rx(
         Opcode::UC_RDMA_WRITE_ONLY,
         RQ_PSN + 1,
         false,
         reth(0x99, Key::new(0x500), 1),
         b"a",
-    ));
+    );
     assert!(h.out().is_empty());
     assert_eq!(h.c.state(), QpState::Rtr);
     // Still working.
     h.recv(1, 8);
-    h.feed(&pkt(Opcode::UC_SEND_ONLY, RQ_PSN + 2, false, none(), b"b"));
+    h.rx(Opcode::UC_SEND_ONLY, RQ_PSN + 2, false, none(), b"b");
     assert_eq!(h.wcs()[0].status, WcStatus::Success);
 }
 
@@ -1390,13 +1246,13 @@ fn ud_receive_has_grh_space_and_source() {
     let k = h.recv(3, 100);
     let mut ext = deth(QKEY, 0x77);
     ext.immdt = Some(ImmDtRepr { imm: 5 });
-    h.feed(&pkt(
+    h.rx(
         Opcode::UD_SEND_ONLY_WITH_IMMEDIATE,
         999,
         false,
         ext,
         b"dgram",
-    ));
+    );
     let wc = h.wcs()[0];
     assert_eq!(
         (wc.status, wc.byte_len, wc.src_qp, wc.grh, wc.imm_data),
@@ -1412,16 +1268,10 @@ fn ud_receive_has_grh_space_and_source() {
 #[test]
 fn ud_drops_wrong_qkey_and_no_receive() {
     let mut h = H::new(QpType::Ud);
-    h.feed(&pkt(Opcode::UD_SEND_ONLY, 1, false, deth(QKEY, 1), b"a"));
+    h.rx(Opcode::UD_SEND_ONLY, 1, false, deth(QKEY, 1), b"a");
     assert_eq!(h.cnt.get(Counter::DropNoRecv), 1);
     h.recv(1, 64);
-    h.feed(&pkt(
-        Opcode::UD_SEND_ONLY,
-        2,
-        false,
-        deth(QKEY + 1, 1),
-        b"a",
-    ));
+    h.rx(Opcode::UD_SEND_ONLY, 2, false, deth(QKEY + 1, 1), b"a");
     assert_eq!(h.cnt.get(Counter::DropQkeyMismatch), 1);
     assert!(h.wcs().is_empty());
     assert_eq!(h.resp.posted_recvs(), 1);
@@ -1431,13 +1281,7 @@ fn ud_drops_wrong_qkey_and_no_receive() {
 fn ud_buffer_without_room_for_the_grh_is_loc_len_err() {
     let mut h = H::new(QpType::Ud);
     h.recv(1, 44);
-    h.feed(&pkt(
-        Opcode::UD_SEND_ONLY,
-        1,
-        false,
-        deth(QKEY, 1),
-        b"abcde",
-    ));
+    h.rx(Opcode::UD_SEND_ONLY, 1, false, deth(QKEY, 1), b"abcde");
     assert_eq!(h.wcs()[0].status, WcStatus::LocLenErr);
     assert_eq!(h.c.state(), QpState::Error);
 }
@@ -1446,15 +1290,9 @@ fn ud_buffer_without_room_for_the_grh_is_loc_len_err() {
 fn gsi_takes_the_well_known_qkey() {
     let mut h = H::new(QpType::Gsi);
     h.recv(1, 256);
-    h.feed(&pkt(Opcode::UD_SEND_ONLY, 1, false, deth(QKEY, 1), b"mad"));
+    h.rx(Opcode::UD_SEND_ONLY, 1, false, deth(QKEY, 1), b"mad");
     assert_eq!(h.cnt.get(Counter::DropQkeyMismatch), 1);
-    h.feed(&pkt(
-        Opcode::UD_SEND_ONLY,
-        2,
-        false,
-        deth(GSI_QKEY, 1),
-        b"mad",
-    ));
+    h.rx(Opcode::UD_SEND_ONLY, 2, false, deth(GSI_QKEY, 1), b"mad");
     let wc = h.wcs()[0];
     assert_eq!(
         (wc.status, wc.byte_len, wc.qp_num),
@@ -1471,7 +1309,7 @@ fn flush_completes_every_receive_in_order() {
     h.recv(2, 1024);
     h.recv(3, 1024);
     let data = bytes(MTU, 0);
-    h.feed(&pkt(Opcode::RC_SEND_FIRST, RQ_PSN, false, none(), &data));
+    h.rx(Opcode::RC_SEND_FIRST, RQ_PSN, false, none(), &data);
     h.c.config.enter_error();
     h.resp.flush(&mut h.c);
     let ids: Vec<_> = h
@@ -1510,7 +1348,7 @@ fn srq_send_takes_from_the_srq_with_rnr_when_it_is_empty() {
     };
     assert_eq!(h.resp.post_recv(&h.c, wr), Err(PostError::QpHasSrq));
     // Empty SRQ: RNR NAK, expected PSN unchanged.
-    h.feed(&pkt(Opcode::RC_SEND_ONLY, RQ_PSN, true, none(), b"abc"));
+    h.rx(Opcode::RC_SEND_ONLY, RQ_PSN, true, none(), b"abc");
     let out = h.out();
     assert_eq!(out.len(), 1);
     assert_ack(&out[0], RQ_PSN, Syndrome::RnrNak { timer: RNR_TIMER }, 0);
@@ -1519,7 +1357,7 @@ fn srq_send_takes_from_the_srq_with_rnr_when_it_is_empty() {
     // Posted to the SRQ: the resend lands in the SRQ's oldest receive.
     let k1 = h.recv(1, 64);
     h.recv(2, 64);
-    h.feed(&pkt(Opcode::RC_SEND_ONLY, RQ_PSN, true, none(), b"abc"));
+    h.rx(Opcode::RC_SEND_ONLY, RQ_PSN, true, none(), b"abc");
     let wcs = h.wcs();
     assert_eq!(wcs.len(), 1);
     let wc = wcs[0];
@@ -1553,40 +1391,28 @@ fn srq_multi_packet_send_takes_its_receive_at_the_first_packet() {
     let k = h.recv(1, 1024);
     h.recv(2, 1024);
     let data = bytes(2 * MTU + 5, 1);
-    h.feed(&pkt(
-        Opcode::RC_SEND_FIRST,
-        RQ_PSN,
-        false,
-        none(),
-        &data[..MTU],
-    ));
+    h.rx(Opcode::RC_SEND_FIRST, RQ_PSN, false, none(), &data[..MTU]);
     assert_eq!(h.srq().len(), 1, "taken at the FIRST packet");
-    h.feed(&pkt(
+    h.rx(
         Opcode::RC_SEND_MIDDLE,
         RQ_PSN + 1,
         false,
         none(),
         &data[MTU..2 * MTU],
-    ));
+    );
     assert_eq!(h.srq().len(), 1);
-    h.feed(&pkt(
+    h.rx(
         Opcode::RC_SEND_LAST,
         RQ_PSN + 2,
         true,
         none(),
         &data[2 * MTU..],
-    ));
+    );
     let wc = h.wcs()[0];
     assert_eq!((wc.wr_id, wc.byte_len), (1, data.len() as u32));
     assert_eq!(&h.mem.bytes(k).unwrap()[..data.len()], &data[..]);
     // A duplicate of the whole message takes nothing more.
-    h.feed(&pkt(
-        Opcode::RC_SEND_FIRST,
-        RQ_PSN,
-        false,
-        none(),
-        &data[..MTU],
-    ));
+    h.rx(Opcode::RC_SEND_FIRST, RQ_PSN, false, none(), &data[..MTU]);
     assert!(h.wcs().is_empty());
     assert_eq!(srq_ids(&mut h), [2]);
 }
@@ -1594,53 +1420,23 @@ fn srq_multi_packet_send_takes_its_receive_at_the_first_packet() {
 #[test]
 fn srq_write_with_immediate_takes_its_receive_at_the_last_packet() {
     let mut h = H::with_srq(QpType::Rc, SrqInit::new(PD));
-    let (k, va) = h.region(1024, 0, ALL);
-    let data = bytes(MTU + 4, 2);
-    let len = data.len() as u32;
-    h.feed(&pkt(
-        Opcode::RC_RDMA_WRITE_FIRST,
-        RQ_PSN,
-        false,
-        reth(va, k, len),
-        &data[..MTU],
-    ));
     // The SRQ is empty at the LAST: RNR NAK names it.
-    h.feed(&pkt(
-        Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
-        RQ_PSN + 1,
-        true,
-        imm(77),
-        &data[MTU..],
-    ));
-    assert_ack(
-        &h.out()[0],
-        RQ_PSN + 1,
-        Syndrome::RnrNak { timer: RNR_TIMER },
-        0,
-    );
-    h.recv(4, 0);
-    h.recv(5, 0);
-    h.feed(&pkt(
-        Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
-        RQ_PSN + 1,
-        true,
-        imm(77),
-        &data[MTU..],
-    ));
-    let wc = h.wcs()[0];
+    let (k, va, len, wc) = write_imm_after_rnr(&mut h, |h| {
+        h.recv(4, 0);
+        h.recv(5, 0);
+    });
     assert_eq!(
         (wc.wr_id, wc.opcode, wc.byte_len, wc.imm_data, wc.qp_num),
         (4, WcOpcode::RecvRdmaWithImm, len, Some(77), QPN)
     );
-    assert_eq!(&h.mem.bytes(k).unwrap()[..data.len()], &data[..]);
     // A plain WRITE takes no receive.
-    h.feed(&pkt(
+    h.rx(
         Opcode::RC_RDMA_WRITE_ONLY,
         RQ_PSN + 2,
         true,
         reth(va, k, 4),
         b"wxyz",
-    ));
+    );
     assert!(h.wcs().is_empty());
     assert_eq!(srq_ids(&mut h), [5]);
 }
@@ -1651,37 +1447,25 @@ fn srq_uc_gap_gives_the_receive_back_to_the_front_of_the_srq() {
     let k1 = h.recv(1, 1024);
     h.recv(2, 1024);
     let data = bytes(3 * MTU, 0);
-    h.feed(&pkt(
-        Opcode::UC_SEND_FIRST,
-        RQ_PSN,
-        false,
-        none(),
-        &data[..MTU],
-    ));
+    h.rx(Opcode::UC_SEND_FIRST, RQ_PSN, false, none(), &data[..MTU]);
     assert_eq!(h.srq().len(), 1);
     // RQ_PSN + 1 (MIDDLE) lost: the receive goes back, in front of 2.
-    h.feed(&pkt(
+    h.rx(
         Opcode::UC_SEND_LAST,
         RQ_PSN + 2,
         false,
         none(),
         &data[2 * MTU..],
-    ));
+    );
     assert!(h.wcs().is_empty());
     assert_eq!(h.srq().len(), 2);
-    h.feed(&pkt(
-        Opcode::UC_SEND_ONLY,
-        RQ_PSN + 3,
-        false,
-        none(),
-        b"next",
-    ));
+    h.rx(Opcode::UC_SEND_ONLY, RQ_PSN + 3, false, none(), b"next");
     let wc = h.wcs()[0];
     assert_eq!((wc.wr_id, wc.byte_len, wc.qp_num), (1, 4, QPN));
     assert_eq!(&h.mem.bytes(k1).unwrap()[..4], b"next");
     assert_eq!(srq_ids(&mut h), [2]);
     // Empty SRQ on UC: dropped, nothing taken, no NAK.
-    h.feed(&pkt(Opcode::UC_SEND_ONLY, RQ_PSN + 4, false, none(), b"x"));
+    h.rx(Opcode::UC_SEND_ONLY, RQ_PSN + 4, false, none(), b"x");
     assert!(h.wcs().is_empty());
     assert_eq!(h.cnt.get(Counter::DropNoRecv), 1);
     assert!(h.out().is_empty());
@@ -1690,16 +1474,10 @@ fn srq_uc_gap_gives_the_receive_back_to_the_front_of_the_srq() {
 #[test]
 fn srq_ud_receive() {
     let mut h = H::with_srq(QpType::Ud, SrqInit::new(PD));
-    h.feed(&pkt(Opcode::UD_SEND_ONLY, 1, false, deth(QKEY, 9), b"a"));
+    h.rx(Opcode::UD_SEND_ONLY, 1, false, deth(QKEY, 9), b"a");
     assert_eq!(h.cnt.get(Counter::DropNoRecv), 1);
     let k = h.recv(3, 100);
-    h.feed(&pkt(
-        Opcode::UD_SEND_ONLY,
-        2,
-        false,
-        deth(QKEY, 9),
-        b"dgram",
-    ));
+    h.rx(Opcode::UD_SEND_ONLY, 2, false, deth(QKEY, 9), b"dgram");
     let wc = h.wcs()[0];
     assert_eq!(
         (wc.wr_id, wc.status, wc.byte_len, wc.src_qp, wc.qp_num),
@@ -1723,7 +1501,7 @@ fn srq_limit_event_is_raised_once_through_the_qp() {
     }
     let mut psn = RQ_PSN;
     let mut send = |h: &mut H| {
-        h.feed(&pkt(Opcode::RC_SEND_ONLY, psn, true, none(), b"m"));
+        h.rx(Opcode::RC_SEND_ONLY, psn, true, none(), b"m");
         psn += 1;
     };
     send(&mut h); // 3 left
@@ -1744,7 +1522,7 @@ fn srq_flush_completes_only_the_receive_taken_then_last_wqe_reached_once() {
     h.recv(2, 1024);
     h.recv(3, 1024);
     let data = bytes(MTU, 0);
-    h.feed(&pkt(Opcode::RC_SEND_FIRST, RQ_PSN, false, none(), &data));
+    h.rx(Opcode::RC_SEND_FIRST, RQ_PSN, false, none(), &data);
     h.events();
     h.c.config.enter_error();
     h.resp.flush(&mut h.c);
@@ -1777,13 +1555,7 @@ fn srq_receive_error_is_fatal_and_reaches_the_last_wqe() {
     let mut h = H::with_srq(QpType::Ud, SrqInit::new(PD));
     h.recv(1, 44);
     h.recv(2, 1000);
-    h.feed(&pkt(
-        Opcode::UD_SEND_ONLY,
-        1,
-        false,
-        deth(QKEY, 1),
-        b"abcde",
-    ));
+    h.rx(Opcode::UD_SEND_ONLY, 1, false, deth(QKEY, 1), b"abcde");
     let wcs: Vec<_> = h.wcs().iter().map(|w| (w.wr_id, w.status)).collect();
     assert_eq!(wcs, [(1, WcStatus::LocLenErr)]);
     assert_eq!(h.c.state(), QpState::Error);
@@ -1813,27 +1585,315 @@ fn take_in_progress_recv_only_takes_a_send_in_progress() {
     assert!(h.resp.take_in_progress_recv().is_none());
     h.recv(1, 1024);
     let data = bytes(MTU, 0);
-    h.feed(&pkt(Opcode::RC_SEND_FIRST, RQ_PSN, false, none(), &data));
+    h.rx(Opcode::RC_SEND_FIRST, RQ_PSN, false, none(), &data);
     assert_eq!(h.resp.take_in_progress_recv().map(|w| w.wr_id), Some(1));
     assert!(h.resp.take_in_progress_recv().is_none());
     // A WRITE in progress holds no receive and is left alone: it goes on.
     let mut h = H::with_srq(QpType::Rc, SrqInit::new(PD));
     let (k, va) = h.region(1024, 0, ALL);
-    h.feed(&pkt(
+    h.rx(
         Opcode::RC_RDMA_WRITE_FIRST,
         RQ_PSN,
         false,
         reth(va, k, 2 * MTU as u32),
         &data,
-    ));
+    );
     assert!(h.resp.take_in_progress_recv().is_none());
-    h.feed(&pkt(
-        Opcode::RC_RDMA_WRITE_LAST,
-        RQ_PSN + 1,
-        true,
-        none(),
-        &data,
-    ));
+    h.rx(Opcode::RC_RDMA_WRITE_LAST, RQ_PSN + 1, true, none(), &data);
     assert_eq!(&h.mem.bytes(k).unwrap()[MTU..2 * MTU], &data[..]);
     assert_ack(h.out().last().unwrap(), RQ_PSN + 1, ACK, 1);
+}
+
+mod srq {
+    use super::super::queue::MAX_MESSAGE;
+    use super::super::srq::*;
+    use crate::transport::error::{EndpointError, PostError};
+    use crate::transport::wr::RecvWr;
+    use crate::transport::wr::Sge;
+
+    fn wr(id: u64, sges: usize, len: u32) -> RecvWr {
+        RecvWr {
+            wr_id: id,
+            sg_list: vec![
+                Sge {
+                    addr: 0x1000,
+                    length: len,
+                    lkey: 7,
+                };
+                sges
+            ],
+        }
+    }
+
+    fn srq(max_wr: u32, limit: u32) -> Srq {
+        Srq::new(
+            1,
+            SrqInit {
+                max_wr,
+                srq_limit: limit,
+                ..SrqInit::new(2)
+            },
+        )
+        .unwrap()
+    }
+
+    fn ids(s: &mut Srq) -> Vec<u64> {
+        std::iter::from_fn(|| s.pop()).map(|w| w.wr_id).collect()
+    }
+
+    #[test]
+    fn defaults() {
+        let i = SrqInit::new(9);
+        assert_eq!((i.pd, i.max_wr, i.max_sge, i.srq_limit), (9, 128, 4, 0));
+        let s = Srq::new(5, i).unwrap();
+        assert_eq!(s.srqn(), 5);
+        assert_eq!(s.pd(), 9);
+        assert_eq!(
+            s.attr(),
+            SrqAttr {
+                max_wr: 128,
+                max_sge: 4,
+                srq_limit: 0,
+                queued: 0
+            }
+        );
+    }
+
+    #[test]
+    fn create_checks() {
+        let bad = |max_wr, srq_limit| {
+            Srq::new(
+                1,
+                SrqInit {
+                    max_wr,
+                    srq_limit,
+                    ..SrqInit::new(1)
+                },
+            )
+            .unwrap_err()
+        };
+        assert!(matches!(bad(0, 0), EndpointError::InvalidSrqAttr(_)));
+        assert_eq!(
+            bad(4, 5),
+            EndpointError::SrqLimitTooLarge {
+                srq_limit: 5,
+                max_wr: 4
+            }
+        );
+        // Limit equal to the depth is allowed, and armed from the start.
+        assert_eq!(srq(4, 4).attr().srq_limit, 4);
+    }
+
+    #[test]
+    fn post_checks_sges_length_and_depth() {
+        let mut s = srq(2, 0);
+        assert_eq!(
+            s.post(wr(1, 5, 8)),
+            Err(PostError::TooManySges { given: 5, max: 4 })
+        );
+        // Four SGEs of 2^30 bytes: 2^32 > 2^31.
+        assert_eq!(
+            s.post(wr(1, 4, 1 << 30)),
+            Err(PostError::MessageTooLarge {
+                len: 1 << 32,
+                max: MAX_MESSAGE
+            })
+        );
+        // Exactly 2^31 is allowed; so is an empty list.
+        s.post(wr(1, 2, 1 << 30)).unwrap();
+        s.post(wr(2, 0, 0)).unwrap();
+        assert_eq!(s.post(wr(3, 1, 8)), Err(PostError::QueueFull { depth: 2 }));
+        assert_eq!(s.attr().queued, 2);
+        // Refused posts left nothing behind.
+        assert_eq!(ids(&mut s), [1, 2]);
+    }
+
+    #[test]
+    fn fifo_and_push_front() {
+        let mut s = srq(3, 0);
+        for i in 1..=3 {
+            s.post(wr(i, 1, 8)).unwrap();
+        }
+        let first = s.pop().unwrap();
+        assert_eq!(first.wr_id, 1);
+        s.post(wr(4, 1, 8)).unwrap();
+        // Given back while the queue is full again: accepted, at the front.
+        s.push_front(first);
+        assert_eq!(s.len(), 4);
+        assert_eq!(s.post(wr(5, 1, 8)), Err(PostError::QueueFull { depth: 3 }));
+        assert_eq!(ids(&mut s), [1, 2, 3, 4]);
+        assert!(s.is_empty());
+        assert!(s.pop().is_none());
+    }
+
+    #[test]
+    fn limit_fires_once_when_below_and_disarms() {
+        let mut s = srq(8, 3);
+        for i in 0..5 {
+            s.post(wr(i, 1, 8)).unwrap();
+        }
+        s.pop(); // 4 left
+        assert!(!s.take_limit_reached());
+        s.pop(); // 3 left: not below 3
+        assert!(!s.take_limit_reached());
+        assert_eq!(s.attr().srq_limit, 3);
+        s.pop(); // 2 left: below
+        assert!(s.take_limit_reached());
+        assert!(!s.take_limit_reached(), "reported once");
+        assert_eq!(s.attr().srq_limit, 0, "disarmed");
+        s.pop();
+        s.pop();
+        assert!(!s.take_limit_reached(), "disarmed: no second event");
+        // Re-armed while already below: fires on the next WQE taken.
+        s.post(wr(10, 1, 8)).unwrap();
+        s.modify(None, Some(2)).unwrap();
+        assert!(!s.take_limit_reached());
+        s.pop();
+        assert!(s.take_limit_reached());
+        assert_eq!(s.attr().srq_limit, 0);
+    }
+
+    #[test]
+    fn posting_does_not_fire_and_unarmed_never_fires() {
+        let mut s = srq(4, 0);
+        for i in 0..4 {
+            s.post(wr(i, 1, 8)).unwrap();
+        }
+        while s.pop().is_some() {
+            assert!(!s.take_limit_reached());
+        }
+    }
+
+    #[test]
+    fn rearming_clears_an_event_not_yet_taken() {
+        let mut s = srq(4, 1);
+        s.post(wr(1, 1, 8)).unwrap();
+        s.pop();
+        s.modify(None, Some(0)).unwrap();
+        assert!(!s.take_limit_reached());
+    }
+
+    #[test]
+    fn modify_checks() {
+        let mut s = srq(4, 0);
+        for i in 0..3 {
+            s.post(wr(i, 1, 8)).unwrap();
+        }
+        assert_eq!(s.modify(Some(2), None), Err(EndpointError::SrqResize));
+        assert!(matches!(
+            s.modify(Some(0), None),
+            Err(EndpointError::InvalidSrqAttr(_))
+        ));
+        assert_eq!(
+            s.modify(None, Some(5)),
+            Err(EndpointError::SrqLimitTooLarge {
+                srq_limit: 5,
+                max_wr: 4
+            })
+        );
+        // Both at once are checked together: a limit above the new depth.
+        assert_eq!(
+            s.modify(Some(3), Some(4)),
+            Err(EndpointError::SrqLimitTooLarge {
+                srq_limit: 4,
+                max_wr: 3
+            })
+        );
+        assert_eq!(s.attr().max_wr, 4, "unchanged after errors");
+        s.modify(None, Some(4)).unwrap();
+        // Shrinking below an armed limit is refused.
+        assert_eq!(
+            s.modify(Some(3), None),
+            Err(EndpointError::SrqLimitTooLarge {
+                srq_limit: 4,
+                max_wr: 3
+            })
+        );
+        s.modify(Some(3), Some(2)).unwrap();
+        assert_eq!(
+            s.attr(),
+            SrqAttr {
+                max_wr: 3,
+                max_sge: 4,
+                srq_limit: 2,
+                queued: 3
+            }
+        );
+        assert_eq!(s.post(wr(9, 1, 8)), Err(PostError::QueueFull { depth: 3 }));
+        // Growing makes room.
+        s.modify(Some(10), None).unwrap();
+        s.post(wr(9, 1, 8)).unwrap();
+    }
+
+    #[test]
+    fn attach_counts() {
+        let mut s = srq(4, 0);
+        s.attach();
+        s.attach();
+        s.detach();
+        assert_eq!(s.attached(), 1);
+        s.detach();
+        s.detach();
+        assert_eq!(s.attached(), 0);
+    }
+}
+
+mod resources {
+    use super::super::resources::*;
+    use crate::transport::psn::Psn;
+
+    fn read(first: u32, npkts: u32) -> Entry {
+        Entry {
+            saved: Saved::Read {
+                first: Psn::new(first),
+                npkts,
+                rkey: 1,
+                va: 0,
+                len: 0,
+            },
+            msn: 0,
+        }
+    }
+
+    fn atomic(psn: u32, orig: u64) -> Entry {
+        Entry {
+            saved: Saved::Atomic {
+                psn: Psn::new(psn),
+                orig,
+            },
+            msn: 0,
+        }
+    }
+
+    #[test]
+    fn bounded_oldest_evicted() {
+        let mut r = Resources::new(2);
+        r.push(atomic(1, 10));
+        r.push(atomic(2, 20));
+        r.push(atomic(3, 30));
+        assert_eq!(r.len(), 2);
+        assert_eq!(r.find(Psn::new(1)), None);
+        assert_eq!(r.find(Psn::new(3)), Some(atomic(3, 30)));
+        r.set_capacity(1);
+        assert_eq!(r.find(Psn::new(2)), None);
+        assert_eq!(r.capacity(), 1);
+        r.set_capacity(0);
+        assert_eq!(r.capacity(), 1);
+        r.clear();
+        assert!(r.is_empty());
+    }
+
+    #[test]
+    fn read_ranges_wrap() {
+        let mut r = Resources::new(4);
+        r.push(read(0xff_fffe, 4)); // 0xfffffe, 0xffffff, 0, 1
+        assert!(r.find(Psn::new(0xff_fffe)).is_some());
+        assert!(r.find(Psn::new(1)).is_some());
+        assert!(r.find(Psn::new(2)).is_none());
+        assert!(r.find(Psn::new(0xff_fffd)).is_none());
+        // A zero-length READ still takes one PSN.
+        r.push(read(7, 0));
+        assert!(r.find(Psn::new(7)).is_some());
+        assert!(r.find(Psn::new(8)).is_none());
+    }
 }

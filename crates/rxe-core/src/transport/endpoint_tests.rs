@@ -1,0 +1,570 @@
+//! Endpoint tests: packets in through `handle`, out through
+//! `poll_transmit`, with the refusals counted by reason.
+
+use super::*;
+use crate::transport::memory::{Key, VecMemory};
+use crate::transport::qp::{AccessFlags, AddressVector, PathMtu};
+use crate::transport::wr::{Sge, WcOpcode, WcStatus, WorkQueue};
+use crate::transport::{test_packet, Psn};
+use crate::wire::{AethRepr, BthRepr, DethRepr, ExtReprs, Opcode, Syndrome};
+
+/// An endpoint with one RC QP in RTR (expecting PSN 100) and one UD QP
+/// in RTR.
+fn setup() -> (Endpoint, u32, u32) {
+    let mut ep = Endpoint::new(QpCaps::default());
+    let (rc, ud) = setup_on(&mut ep, None);
+    (ep, rc, ud)
+}
+
+/// Creates an RC QP (in RTR, expecting PSN 100, Q_Key-less) and a UD QP
+/// (in RTR, Q_Key 0x1111) on `ep`, both attached to `srq` if given.
+fn setup_on(ep: &mut Endpoint, srq: Option<u32>) -> (u32, u32) {
+    let rc = ep
+        .create_qp(QpInit {
+            srq,
+            ..QpInit::new(QpType::Rc, 1)
+        })
+        .unwrap();
+    let ud = ep
+        .create_qp(QpInit {
+            srq,
+            ..QpInit::new(QpType::Ud, 1)
+        })
+        .unwrap();
+    let init = QpAttr {
+        qp_state: Some(QpState::Init),
+        pkey_index: Some(0),
+        port_num: Some(1),
+        access_flags: Some(AccessFlags::empty()),
+        qkey: Some(0x1111),
+        ..Default::default()
+    };
+    ep.modify_qp(
+        rc,
+        &QpAttr { qkey: None, ..init },
+        init.mask().without(crate::transport::Attr::Qkey),
+    )
+    .unwrap();
+    ep.modify_qp(
+        ud,
+        &QpAttr {
+            access_flags: None,
+            ..init
+        },
+        init.mask().without(crate::transport::Attr::AccessFlags),
+    )
+    .unwrap();
+    let rtr = QpAttr {
+        qp_state: Some(QpState::Rtr),
+        av: Some(AddressVector::default()),
+        path_mtu: Some(PathMtu::Mtu1024),
+        dest_qpn: Some(0x22),
+        rq_psn: Some(Psn::new(100)),
+        max_dest_rd_atomic: Some(1),
+        min_rnr_timer: Some(12),
+        ..Default::default()
+    };
+    ep.modify_qp(rc, &rtr, rtr.mask()).unwrap();
+    let ud_rtr = QpAttr {
+        qp_state: Some(QpState::Rtr),
+        ..Default::default()
+    };
+    ep.modify_qp(ud, &ud_rtr, ud_rtr.mask()).unwrap();
+    (rc, ud)
+}
+
+fn ack_to(qpn: u32, pkey: u16) -> Vec<u8> {
+    let bth = BthRepr {
+        pkey,
+        ..test_packet::bth(Opcode::RC_ACKNOWLEDGE, qpn, 5)
+    };
+    let ext = ExtReprs {
+        aeth: Some(AethRepr {
+            syndrome: Syndrome::Ack { credits: 31 },
+            msn: 0,
+        }),
+        ..Default::default()
+    };
+    test_packet::emit(bth, ext, &[])
+}
+
+#[test]
+fn qp_numbering_can_start_anywhere_and_wraps_past_the_special_ones() {
+    let mut ep = Endpoint::new(QpCaps::default());
+    ep.set_next_qpn(0xff_ffff - FIRST_QPN);
+    let a = ep.create_qp(QpInit::new(QpType::Rc, 1)).unwrap();
+    let b = ep.create_qp(QpInit::new(QpType::Rc, 1)).unwrap();
+    assert_eq!((a, b), (0xff_ffff, FIRST_QPN));
+    ep.set_next_qpn(0x1234);
+    assert_eq!(ep.create_qp(QpInit::new(QpType::Ud, 1)).unwrap(), 0x1245);
+}
+
+#[test]
+fn refused_packets_are_counted_by_reason() {
+    let (mut ep, rc, ud) = setup();
+    let mut mem = VecMemory::new();
+    let meta = RecvMeta::between([0; 16], [0; 16]);
+    let now = Instant::ZERO;
+    // Malformed: the wire error's own counter.
+    ep.handle(now, &meta, &[0u8; 7], &mut mem);
+    assert_eq!(ep.counters().get(Counter::DropTruncated), 1);
+    // No such QP.
+    ep.handle(now, &meta, &ack_to(0x999, 0xffff), &mut mem);
+    assert_eq!(ep.counters().get(Counter::DropUnknownQp), 1);
+    // An RC opcode to a UD QP.
+    ep.handle(now, &meta, &ack_to(ud, 0xffff), &mut mem);
+    assert_eq!(ep.counters().get(Counter::DropWrongTransport), 1);
+    // Another partition (0x0001, not the QP's 0x7fff).
+    ep.handle(now, &meta, &ack_to(rc, 0x8001), &mut mem);
+    assert_eq!(ep.counters().get(Counter::DropPkeyMismatch), 1);
+    assert_eq!(ep.counters().get(Counter::RcvdPkts), 4);
+    // After a move to RESET nothing is received.
+    let reset = QpAttr {
+        qp_state: Some(QpState::Reset),
+        ..Default::default()
+    };
+    ep.modify_qp(rc, &reset, reset.mask()).unwrap();
+    ep.handle(now, &meta, &ack_to(rc, 0xffff), &mut mem);
+    assert_eq!(ep.counters().get(Counter::DropQpState), 1);
+}
+
+#[test]
+fn limited_members_never_talk() {
+    let (mut ep, rc, _) = setup();
+    ep.set_pkey_table(vec![0x7fff]);
+    let mut mem = VecMemory::new();
+    let meta = RecvMeta::between([0; 16], [0; 16]);
+    ep.handle(Instant::ZERO, &meta, &ack_to(rc, 0x7fff), &mut mem);
+    assert_eq!(ep.counters().get(Counter::DropPkeyMismatch), 1);
+}
+
+#[test]
+fn qpns_skip_the_special_ones_and_gsi_is_qp1() {
+    let mut ep = Endpoint::new(QpCaps::default());
+    let a = ep.create_qp(QpInit::new(QpType::Rc, 1)).unwrap();
+    assert!(a > 1);
+    assert_eq!(ep.create_qp(QpInit::new(QpType::Gsi, 1)), Ok(GSI_QPN));
+    assert_eq!(
+        ep.create_qp(QpInit::new(QpType::Gsi, 1)),
+        Err(EndpointError::GsiExists)
+    );
+    ep.destroy_qp(a).unwrap();
+    assert_eq!(ep.destroy_qp(a), Err(EndpointError::NoSuchQp(a)));
+}
+
+/// A request packet to `qpn`.
+fn request(qpn: u32, opcode: Opcode, psn: u32, ext: ExtReprs, payload: &[u8]) -> Vec<u8> {
+    let bth = BthRepr {
+        ack_req: true,
+        ..test_packet::bth(opcode, qpn, psn)
+    };
+    test_packet::emit(bth, ext, payload)
+}
+
+fn rc_send(
+    ep: &mut Endpoint,
+    mem: &mut VecMemory,
+    qpn: u32,
+    psn: u32,
+    opcode: Opcode,
+    data: &[u8],
+) {
+    let meta = RecvMeta::between([0; 16], [0; 16]);
+    let pkt = request(qpn, opcode, psn, ExtReprs::default(), data);
+    ep.handle(Instant::ZERO, &meta, &pkt, mem);
+}
+
+fn ud_send(ep: &mut Endpoint, mem: &mut VecMemory, qpn: u32, data: &[u8]) {
+    let meta = RecvMeta::between([0; 16], [0; 16]);
+    let ext = ExtReprs {
+        deth: Some(DethRepr {
+            qkey: 0x1111,
+            src_qp: 0x77,
+        }),
+        ..Default::default()
+    };
+    let pkt = request(qpn, Opcode::UD_SEND_ONLY, 0, ext, data);
+    ep.handle(Instant::ZERO, &meta, &pkt, mem);
+}
+
+/// A receive of `len` bytes at `va` (a region registered by the test).
+fn rwr(wr_id: u64, key: Key, va: u64, len: u32) -> RecvWr {
+    RecvWr {
+        wr_id,
+        sg_list: vec![Sge {
+            addr: va,
+            length: len,
+            lkey: key.raw(),
+        }],
+    }
+}
+
+/// An endpoint whose RC and UD QPs (`setup_on`) share one SRQ that holds
+/// `n` receives (wr_id 0, 1, ...) of `len` bytes, all into one LOCAL_WRITE
+/// region at 0x1000 in the QPs' PD; returns it with its memory, the SRQ
+/// number and the two QPNs.
+fn srq_with_recvs(n: u64, len: u32) -> (Endpoint, VecMemory, u32, u32, u32) {
+    let mut ep = Endpoint::new(QpCaps::default());
+    let srqn = ep.create_srq(SrqInit::new(1)).unwrap();
+    let (rc, ud) = setup_on(&mut ep, Some(srqn));
+    let mut mem = VecMemory::new();
+    let k = mem
+        .register_bytes(1, 0x1000, vec![0; len as usize], AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    for i in 0..n {
+        ep.post_srq_recv(srqn, rwr(i, k, 0x1000, len)).unwrap();
+    }
+    (ep, mem, srqn, rc, ud)
+}
+
+/// The first packet of a SEND to `qpn` (at its expected PSN, 100): the
+/// receive it takes stays taken while the message is in progress.
+fn start_send(ep: &mut Endpoint, mem: &mut VecMemory, qpn: u32) {
+    rc_send(ep, mem, qpn, 100, Opcode::RC_SEND_FIRST, &[1; 1024]);
+}
+
+fn completions(ep: &mut Endpoint) -> Vec<WorkCompletion> {
+    std::iter::from_fn(|| ep.poll_completion()).collect()
+}
+
+fn events(ep: &mut Endpoint) -> Vec<AsyncEvent> {
+    std::iter::from_fn(|| ep.poll_event()).collect()
+}
+
+/// Every ACK/NAK syndrome the endpoint has to send, in order.
+fn acks(ep: &mut Endpoint, mem: &mut VecMemory) -> Vec<(u32, Syndrome)> {
+    let mut buf = [0u8; 4096 + 64];
+    let mut v = Vec::new();
+    while let Some(t) = ep.poll_transmit(Instant::ZERO, mem, &mut buf) {
+        let p = TransportRepr::parse(&buf[..t.len]).unwrap();
+        if let Some(a) = p.repr.ext.aeth {
+            v.push((p.repr.bth.psn, a.syndrome));
+        }
+    }
+    v
+}
+
+fn to_state(ep: &mut Endpoint, qpn: u32, state: QpState) {
+    let a = QpAttr {
+        qp_state: Some(state),
+        ..Default::default()
+    };
+    ep.modify_qp(qpn, &a, AttrMask::STATE).unwrap();
+}
+
+#[test]
+fn srq_numbers_query_modify_and_destroy() {
+    let mut ep = Endpoint::new(QpCaps::default());
+    assert_eq!(ep.query_srq(1), Err(EndpointError::NoSuchSrq(1)));
+    let a = ep.create_srq(SrqInit::new(1)).unwrap();
+    let b = ep.create_srq(SrqInit::new(2)).unwrap();
+    assert_eq!((a, b), (1, 2));
+    // Refused creations spend no number.
+    let bad = SrqInit {
+        max_wr: 2,
+        srq_limit: 3,
+        ..SrqInit::new(1)
+    };
+    assert_eq!(
+        ep.create_srq(bad),
+        Err(EndpointError::SrqLimitTooLarge {
+            srq_limit: 3,
+            max_wr: 2
+        })
+    );
+    assert_eq!(
+        ep.query_srq(a),
+        Ok(SrqAttr {
+            max_wr: 128,
+            max_sge: 4,
+            srq_limit: 0,
+            queued: 0
+        })
+    );
+    let mut mem = VecMemory::new();
+    let k = mem
+        .register_bytes(1, 0x1000, vec![0; 64], AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    ep.post_srq_recv(a, rwr(1, k, 0x1000, 64)).unwrap();
+    ep.post_srq_recv(a, rwr(2, k, 0x1000, 64)).unwrap();
+    assert_eq!(
+        ep.post_srq_recv(9, rwr(3, k, 0x1000, 64)),
+        Err(PostError::NoSuchSrq(9))
+    );
+    assert_eq!(
+        ep.modify_srq(a, Some(1), None),
+        Err(EndpointError::SrqResize)
+    );
+    assert_eq!(
+        ep.modify_srq(a, None, Some(129)),
+        Err(EndpointError::SrqLimitTooLarge {
+            srq_limit: 129,
+            max_wr: 128
+        })
+    );
+    assert_eq!(
+        ep.modify_srq(9, None, Some(1)),
+        Err(EndpointError::NoSuchSrq(9))
+    );
+    ep.modify_srq(a, Some(2), Some(1)).unwrap();
+    assert_eq!(
+        ep.query_srq(a),
+        Ok(SrqAttr {
+            max_wr: 2,
+            max_sge: 4,
+            srq_limit: 1,
+            queued: 2
+        })
+    );
+    assert_eq!(
+        ep.post_srq_recv(a, rwr(3, k, 0x1000, 64)),
+        Err(PostError::QueueFull { depth: 2 })
+    );
+    ep.destroy_srq(b).unwrap();
+    assert_eq!(ep.destroy_srq(b), Err(EndpointError::NoSuchSrq(b)));
+    // Numbers are not reused (while alive or soon after).
+    assert_eq!(ep.create_srq(SrqInit::new(1)), Ok(3));
+}
+
+#[test]
+fn srq_qp_creation_checks_and_destroy_refused_while_attached() {
+    let mut ep = Endpoint::new(QpCaps::default());
+    let srqn = ep.create_srq(SrqInit::new(1)).unwrap();
+    let with = |t| QpInit {
+        srq: Some(srqn),
+        ..QpInit::new(t, 1)
+    };
+    assert_eq!(
+        ep.create_qp(QpInit {
+            srq: Some(77),
+            ..QpInit::new(QpType::Rc, 1)
+        }),
+        Err(EndpointError::NoSuchSrq(77))
+    );
+    assert_eq!(
+        ep.create_qp(with(QpType::Gsi)),
+        Err(EndpointError::SrqNotSupported(QpType::Gsi))
+    );
+    // A refused GSI creation did not take QPN 1.
+    assert_eq!(ep.create_qp(QpInit::new(QpType::Gsi, 1)), Ok(GSI_QPN));
+    let rc = ep.create_qp(with(QpType::Rc)).unwrap();
+    let uc = ep.create_qp(with(QpType::Uc)).unwrap();
+    let ud = ep.create_qp(with(QpType::Ud)).unwrap();
+    assert_eq!(
+        ep.destroy_srq(srqn),
+        Err(EndpointError::SrqInUse { srqn, qps: 3 })
+    );
+    ep.destroy_qp(rc).unwrap();
+    ep.destroy_qp(uc).unwrap();
+    assert_eq!(
+        ep.destroy_srq(srqn),
+        Err(EndpointError::SrqInUse { srqn, qps: 1 })
+    );
+    // A QP moved to RESET stays attached.
+    to_state(&mut ep, ud, QpState::Reset);
+    assert!(ep.destroy_srq(srqn).is_err());
+    ep.destroy_qp(ud).unwrap();
+    ep.destroy_srq(srqn).unwrap();
+    assert_eq!(ep.query_srq(srqn), Err(EndpointError::NoSuchSrq(srqn)));
+}
+
+#[test]
+fn post_recv_on_an_srq_qp_is_refused() {
+    let mut ep = Endpoint::new(QpCaps::default());
+    let srqn = ep.create_srq(SrqInit::new(1)).unwrap();
+    let (rc, ud) = setup_on(&mut ep, Some(srqn));
+    for q in [rc, ud] {
+        let wr = RecvWr {
+            wr_id: 1,
+            sg_list: vec![],
+        };
+        assert_eq!(ep.post_recv(q, wr), Err(PostError::QpHasSrq));
+    }
+    // Even in RESET, and nothing was queued anywhere.
+    to_state(&mut ep, rc, QpState::Reset);
+    let wr = RecvWr {
+        wr_id: 1,
+        sg_list: vec![],
+    };
+    assert_eq!(ep.post_recv(rc, wr), Err(PostError::QpHasSrq));
+    assert_eq!(ep.query_srq(srqn).unwrap().queued, 0);
+    assert!(completions(&mut ep).is_empty());
+}
+
+#[test]
+fn ud_and_rc_qps_share_one_srq_in_posting_order() {
+    let mut ep = Endpoint::new(QpCaps::default());
+    let srqn = ep.create_srq(SrqInit::new(7)).unwrap();
+    let (rc, ud) = setup_on(&mut ep, Some(srqn));
+    let mut mem = VecMemory::new();
+    // The QPs' PD (1), not the SRQ's (7): receive buffers are checked in
+    // the PD of the QP that takes them.
+    let k = mem
+        .register_bytes(1, 0x1000, vec![0; 4 * 256], AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    for i in 0..4u64 {
+        ep.post_srq_recv(srqn, rwr(10 + i, k, 0x1000 + 256 * i, 256))
+            .unwrap();
+    }
+    rc_send(&mut ep, &mut mem, rc, 100, Opcode::RC_SEND_ONLY, b"rc-0");
+    ud_send(&mut ep, &mut mem, ud, b"ud-0");
+    ud_send(&mut ep, &mut mem, ud, b"ud-1");
+    rc_send(&mut ep, &mut mem, rc, 101, Opcode::RC_SEND_ONLY, b"rc-1");
+    let got: Vec<_> = completions(&mut ep)
+        .iter()
+        .map(|w| (w.wr_id, w.qp_num, w.status, w.queue, w.byte_len, w.src_qp))
+        .collect();
+    let ok = WcStatus::Success;
+    let rq = WorkQueue::Recv;
+    assert_eq!(
+        got,
+        [
+            (10, rc, ok, rq, 4, 0),
+            (11, ud, ok, rq, 44, 0x77),
+            (12, ud, ok, rq, 44, 0x77),
+            (13, rc, ok, rq, 4, 0),
+        ]
+    );
+    let b = mem.bytes(k).unwrap();
+    assert_eq!(&b[..4], b"rc-0");
+    assert_eq!(&b[256 + 40..256 + 44], b"ud-0");
+    assert_eq!(&b[512 + 40..512 + 44], b"ud-1");
+    assert_eq!(&b[768..772], b"rc-1");
+    assert_eq!(ep.query_srq(srqn).unwrap().queued, 0);
+    // Dry: RNR NAK for RC, drop for UD; then a post lets the resend in.
+    rc_send(&mut ep, &mut mem, rc, 102, Opcode::RC_SEND_ONLY, b"late");
+    ud_send(&mut ep, &mut mem, ud, b"lost");
+    assert_eq!(ep.counters().get(Counter::DropNoRecv), 1);
+    assert_eq!(ep.counters().get(Counter::SendRnrErr), 1);
+    let a = acks(&mut ep, &mut mem);
+    assert_eq!(a.last(), Some(&(102, Syndrome::RnrNak { timer: 12 })));
+    ep.post_srq_recv(srqn, rwr(20, k, 0x1000, 256)).unwrap();
+    rc_send(&mut ep, &mut mem, rc, 102, Opcode::RC_SEND_ONLY, b"late");
+    let got: Vec<_> = completions(&mut ep)
+        .iter()
+        .map(|w| (w.wr_id, w.qp_num, w.status))
+        .collect();
+    assert_eq!(got, [(20, rc, WcStatus::Success)]);
+}
+
+#[test]
+fn srq_limit_event_fires_once_and_disarms() {
+    let (mut ep, mut mem, srqn, rc, ud) = srq_with_recvs(6, 256);
+    ep.modify_srq(srqn, None, Some(4)).unwrap();
+    ud_send(&mut ep, &mut mem, ud, b"a"); // 5 left
+    ud_send(&mut ep, &mut mem, ud, b"b"); // 4 left
+    assert_eq!(events(&mut ep), []);
+    assert_eq!(ep.query_srq(srqn).unwrap().srq_limit, 4);
+    // The QP that takes the WQE crossing the limit raises it: here RC.
+    rc_send(&mut ep, &mut mem, rc, 100, Opcode::RC_SEND_ONLY, b"c"); // 3 left
+    assert_eq!(
+        events(&mut ep),
+        [
+            AsyncEvent::CommEstablished { qpn: rc },
+            AsyncEvent::SrqLimitReached { srqn }
+        ]
+    );
+    assert_eq!(ep.query_srq(srqn).unwrap().srq_limit, 0, "disarmed");
+    ud_send(&mut ep, &mut mem, ud, b"d");
+    ud_send(&mut ep, &mut mem, ud, b"e");
+    assert_eq!(events(&mut ep), [], "fires once");
+    // Armed again: fires again.
+    ep.modify_srq(srqn, None, Some(2)).unwrap();
+    ud_send(&mut ep, &mut mem, ud, b"f"); // 0 left
+    assert_eq!(events(&mut ep), [AsyncEvent::SrqLimitReached { srqn }]);
+    assert_eq!(completions(&mut ep).len(), 6);
+}
+
+#[test]
+fn qp_error_flushes_only_its_taken_wqe_and_raises_last_wqe_reached_once() {
+    let (mut ep, mut mem, srqn, rc, ud) = srq_with_recvs(3, 4096);
+    // The RC QP takes WQE 0 for a message still in progress.
+    start_send(&mut ep, &mut mem, rc);
+    events(&mut ep);
+    to_state(&mut ep, rc, QpState::Error);
+    let got: Vec<_> = completions(&mut ep)
+        .iter()
+        .map(|w| (w.wr_id, w.qp_num, w.status, w.opcode, w.queue))
+        .collect();
+    assert_eq!(
+        got,
+        [(0, rc, WcStatus::WrFlushErr, WcOpcode::Recv, WorkQueue::Recv)]
+    );
+    assert_eq!(events(&mut ep), [AsyncEvent::LastWqeReached { qpn: rc }]);
+    // The SRQ kept its WQEs; the other QP goes on using them.
+    assert_eq!(ep.query_srq(srqn).unwrap().queued, 2);
+    ud_send(&mut ep, &mut mem, ud, b"x");
+    let got: Vec<_> = completions(&mut ep)
+        .iter()
+        .map(|w| (w.wr_id, w.qp_num, w.status))
+        .collect();
+    assert_eq!(got, [(1, ud, WcStatus::Success)]);
+    // A send posted in ERR is flushed; no second Last WQE Reached.
+    let swr = SendWr {
+        wr_id: 50,
+        op: crate::transport::SendOp::Send,
+        data: crate::transport::SendData::Inline(vec![]),
+        signaled: true,
+        fence: false,
+        solicited: false,
+        ud: None,
+    };
+    ep.post_send(rc, swr).unwrap();
+    let got: Vec<_> = completions(&mut ep)
+        .iter()
+        .map(|w| (w.wr_id, w.status, w.queue))
+        .collect();
+    assert_eq!(got, [(50, WcStatus::WrFlushErr, WorkQueue::Send)]);
+    assert_eq!(events(&mut ep), []);
+    // Packets to the QP in ERR take nothing from the SRQ.
+    rc_send(&mut ep, &mut mem, rc, 101, Opcode::RC_SEND_ONLY, b"y");
+    assert_eq!(ep.query_srq(srqn).unwrap().queued, 1);
+    // After RESET and a new trip to ERR, it is raised again.
+    to_state(&mut ep, rc, QpState::Reset);
+    to_state(&mut ep, rc, QpState::Error);
+    assert_eq!(events(&mut ep), [AsyncEvent::LastWqeReached { qpn: rc }]);
+    assert!(completions(&mut ep).is_empty());
+    // A fatal error (QP_FATAL) raises it too.
+    ud_send(&mut ep, &mut mem, ud, &[0; 4090]); // too long for 4096 - 40
+    let got: Vec<_> = completions(&mut ep)
+        .iter()
+        .map(|w| (w.wr_id, w.qp_num, w.status))
+        .collect();
+    assert_eq!(got, [(2, ud, WcStatus::LocLenErr)]);
+    assert_eq!(
+        events(&mut ep),
+        [
+            AsyncEvent::QpFatal { qpn: ud },
+            AsyncEvent::LastWqeReached { qpn: ud }
+        ]
+    );
+}
+
+#[test]
+fn reset_or_destroy_mid_message_gives_the_wqe_back_to_the_srq() {
+    let (mut ep, mut mem, srqn, rc, ud) = srq_with_recvs(2, 4096);
+    start_send(&mut ep, &mut mem, rc);
+    assert_eq!(ep.query_srq(srqn).unwrap().queued, 1);
+    to_state(&mut ep, rc, QpState::Reset);
+    assert_eq!(ep.query_srq(srqn).unwrap().queued, 2);
+    assert!(completions(&mut ep).is_empty());
+    // The WQE given back is the first one taken next.
+    ud_send(&mut ep, &mut mem, ud, b"x");
+    assert_eq!(completions(&mut ep)[0].wr_id, 0);
+    // Destroyed mid-message: the same.
+    let (rc2, _) = setup_on(&mut ep, Some(srqn));
+    start_send(&mut ep, &mut mem, rc2);
+    assert_eq!(ep.query_srq(srqn).unwrap().queued, 0);
+    ep.destroy_qp(rc2).unwrap();
+    assert_eq!(ep.query_srq(srqn).unwrap().queued, 1);
+    assert!(completions(&mut ep).is_empty());
+}
+
+#[test]
+fn pkey_matching_rule() {
+    assert!(pkeys_match(0xffff, 0xffff));
+    assert!(pkeys_match(0xffff, 0x7fff)); // full with limited
+    assert!(!pkeys_match(0x7fff, 0x7fff)); // two limited members
+    assert!(!pkeys_match(0xffff, 0x8001)); // other partition
+    assert!(!pkeys_match(0x8000, 0x8000)); // the invalid P_Key
+}

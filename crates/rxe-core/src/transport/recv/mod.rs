@@ -1,0 +1,29 @@
+//! The receive side of a QP, in kernel rxe's split: the responder checks and
+//! executes request packets and answers them.
+//!
+//! - [`responder`]: the responder's state and its calls (requests in,
+//!   responses out, flush), with the choices it makes beyond the IBTA
+//!   rules; [`check`] (the per-transport checks of a request: RC's PSN
+//!   classification and NAKs, UC's discard, UD's Q_Key), [`execute`]
+//!   (SEND, WRITE, READ and atomics at the expected PSN) and [`duplicate`]
+//!   (RC requests seen before) are more of its methods.
+//! - [`queue`]: a QP's own receive queue and the scatter of a payload into
+//!   a receive's SGEs.
+//! - [`resources`]: the responder resources, the bounded table of READ and
+//!   atomic requests that a duplicate is answered from.
+//! - [`srq`]: shared receive queues, which the endpoint owns and passes to
+//!   the responder of each QP attached to one (`QpInit::srq`).
+
+mod check;
+mod duplicate;
+mod execute;
+mod queue;
+mod resources;
+mod responder;
+mod srq;
+
+#[cfg(test)]
+mod tests;
+
+pub(crate) use responder::Responder;
+pub use srq::{Srq, SrqAttr, SrqInit};

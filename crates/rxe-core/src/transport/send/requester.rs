@@ -1,0 +1,647 @@
+//! The requester: send work requests in, request packets out.
+//!
+//! It checks a work request when it is posted, queues it, and sends it as
+//! path-MTU packets with consecutive 24-bit PSNs from the QP's `sq_psn`,
+//! within a bounded window of unacknowledged PSNs, with at most
+//! `max_rd_atomic` READs and atomics outstanding and fenced requests held
+//! back until the READs and atomics before them have completed. It runs
+//! the two timers of an RC QP: the transport timer (retransmit from the
+//! oldest unacknowledged PSN) and the RNR wait. The completer
+//! (`completer.rs`) is the other half of the same state: it handles the
+//! responses and completes work requests.
+//!
+//! How a work request becomes packets lives in `segment.rs`.
+//!
+//! # Decisions, with their sources
+//!
+//! - Posting (IBTA 10.3.1 for the states; libibverbs `ibv_post_send(3)`):
+//!   refused in RESET, INIT and RTR ([`PostError::BadState`]); accepted in
+//!   RTS; accepted but not started in SQD (the drain finishes what was
+//!   started; the rest waits for the return to RTS); accepted in SQE and
+//!   ERR, where the request completes with WR_FLUSH_ERR, as kernel rxe
+//!   does for ERR (its post_send refuses only states before RTS, and its
+//!   completer flushes the queue of a QP in ERR). Because `post_send` only
+//!   reads the QP, those flush completions appear at the next
+//!   `poll_transmit` of the QP (the endpoint polls every QP that was posted to).
+//! - `retry_cnt` 7 means seven retries, not "without end". The IBTA
+//!   defines the Retry Count as the number of times the requester retries
+//!   timeout and sequence errors before it reports an error (IBTA 1.2,
+//!   12.7.38, as quoted in Open MPI's `help-mpi-btl-mvapi.txt`: "the total
+//!   number of times that the sender wishes the receiver to retry timeout,
+//!   packet sequence, etc. errors before posting a completion error"), and
+//!   gives the value 7 a special meaning only for the RNR Retry Count
+//!   (12.7.39 / 9.7.5.2.8: 7 is infinite). Kernel rxe also skips the
+//!   decrement for `retry_cnt == 7` (`rxe_comp.c`, ERROR_RETRY), but the
+//!   specification does not allow that reading and hardware HCAs do not
+//!   have it; a cut link must end in RETRY_EXC_ERR. (The IBTA text itself
+//!   could not be read here; the section numbers are those of the quote.)
+//! - What counts as a retry: a transport timeout, a NAK PSN sequence error,
+//!   and an implied NAK (an ACK, READ response or atomic ACK for a PSN after
+//!   a READ or atomic whose response never came: the response was lost).
+//!   Each costs one of `retry_cnt`; any forward progress (a PSN newly
+//!   acknowledged) resets both retry counters, as kernel rxe does. A
+//!   retransmission to a PSN already being retransmitted, without progress
+//!   since, is not started (and not counted) twice: a duplicated NAK or a
+//!   late response must not burn retries.
+//! - The transport timer runs while PSNs are unacknowledged: armed when a
+//!   packet goes out and none is running, re-armed on every progress,
+//!   stopped when nothing is outstanding and during an RNR wait (IBTA
+//!   9.7.6.1: the interval is 4.096 µs × 2^timeout, `local_ack_timeout`;
+//!   timeout 0 means no timer).
+//! - The timer backs off: each retry spent without progress doubles the
+//!   next interval, up to 4× the nominal one ([`ACK_TIMEOUT_BACKOFF_MAX`]).
+//!   The attribute is the *minimum* wait before a retransmission
+//!   (`ibv_modify_qp(3)`'s "local ack timeout"; RDMAmojo: "the minimum
+//!   timeout that a QP waits for ACK/NACK"), so waiting longer is allowed,
+//!   and HCAs do. Why: a peer that stalls for a moment (a busy software
+//!   RoCE, a VM paused by its host) goes silent for longer than 8 nominal
+//!   intervals; kernel rxe hides such stalls by retrying for ever at
+//!   `retry_cnt` 7. With the backoff, `retry_cnt` 7 at timeout 14 (67 ms)
+//!   waits 27 intervals (1.8 s) before RETRY_EXC_ERR instead of 8 (0.54 s),
+//!   while the first retransmission still comes after one interval.
+//! - Completion on a local error (a bad L_Key, out of bounds): the request
+//!   completes with LOC_PROT_ERR once every request before it has completed,
+//!   and the QP goes to ERR (`QpCommon::fatal`, as kernel rxe's requester
+//!   does for every QP type; IBTA would allow SQE for UC/UD).
+//! - Atomic results are written to the 8-byte SGE in host byte order
+//!   (`u64::to_ne_bytes`), so a C program reading the `uint64_t` sees the
+//!   original value, as with every libibverbs provider.
+//! - `max_rd_atomic` 0 is taken as 1: kernel rxe would never start a READ
+//!   with 0 outstanding allowed, which hangs the queue.
+
+use std::collections::VecDeque;
+
+use super::segment::{
+    check_sges, emit_with, gather, packet_repr, packets_for, BuildError, PacketCtx, SendWqe,
+};
+use crate::transport::counters::{Counter, Counters};
+use crate::transport::error::PostError;
+use crate::transport::io::Transmit;
+use crate::transport::memory::MemoryAccess;
+use crate::transport::psn::Psn;
+use crate::transport::qp::{local_ack_timeout, AccessFlags, AsyncEvent, QpCommon, QpState, QpType};
+use crate::transport::time::Instant;
+use crate::transport::wr::{SendData, SendOp, SendWr, WcStatus, WorkCompletion, WorkQueue};
+
+/// The most PSNs an RC requester leaves unacknowledged before it waits
+/// (the IBTA bound is 2^23, 9.7.1). 128, as kernel rxe: a larger window
+/// made a slow peer (kernel rxe under emulation, with 2% loss) fall into
+/// go-back-N collapse, every timeout resending more than it could take
+/// in one ACK timeout. A READ request counts for one packet when it is
+/// sent, however many PSNs it takes.
+pub(super) const MAX_UNACKED_PSNS: u32 = 128;
+/// The requester asks for an ACK at least this often within long messages,
+/// so that the window never waits for the end of a message.
+pub(super) const ACK_REQ_INTERVAL: u32 = MAX_UNACKED_PSNS / 4;
+/// The longest message (IBTA 9.4: 2^31 bytes).
+pub(super) const MAX_MESSAGE_LEN: u64 = 1 << 31;
+/// `rnr_retry` 7 means retry without end (IBTA 9.7.5.2.8, 12.7.39).
+const RNR_RETRY_FOREVER: u8 = 7;
+/// The transport timer's interval grows to at most this many times the
+/// nominal `local_ack_timeout` while retries go without progress.
+pub(super) const ACK_TIMEOUT_BACKOFF_MAX: u32 = 4;
+
+/// One QP's send side: the queue, the send position, and (shared with the
+/// completer) the acknowledgement state and timers.
+#[derive(Debug, Default)]
+pub(crate) struct Requester {
+    /// Every posted request not yet completed, oldest first.
+    pub(super) sq: VecDeque<SendWqe>,
+    /// Index in `sq` of the request the next packet belongs to.
+    pub(super) next: usize,
+    /// The packet of `sq[next]` that goes next (for a READ, the first
+    /// response packet the request asks for).
+    pub(super) next_pkt: u32,
+    /// PSN of the next packet.
+    pub(super) psn: Psn,
+    /// The oldest PSN not yet acknowledged.
+    pub(super) una: Psn,
+    /// One past the newest PSN ever sent (a retransmission goes back, this
+    /// does not).
+    pub(super) high: Psn,
+    /// Retries left for timeouts and sequence errors, and after RNR NAKs.
+    pub(super) retry_left: u8,
+    pub(super) rnr_left: u8,
+    /// The transport timer and the RNR wait.
+    pub(super) retrans_at: Option<Instant>,
+    pub(super) rnr_until: Option<Instant>,
+    /// READs and atomics started and not completed.
+    pub(super) rd_atomic: u32,
+    /// Packets sent since the last one with AckReq.
+    since_ack_req: u32,
+    /// The PSN the current retransmission started from, until progress.
+    pub(super) rewound_to: Option<Psn>,
+    /// SQ_DRAINED raised for this visit to SQD.
+    sqd_notified: bool,
+}
+
+impl Requester {
+    pub(crate) fn new() -> Requester {
+        Requester::default()
+    }
+
+    /// Follows a Modify QP: the PSNs start at `sq_psn` on RTR→RTS; entering
+    /// SQD arms the drained notification.
+    pub(crate) fn on_modify(&mut self, common: &mut QpCommon, from: QpState) {
+        match common.state() {
+            QpState::Rts if from == QpState::Rtr => {
+                let p = common.config.attrs().sq_psn.unwrap_or_default();
+                self.psn = p;
+                self.una = p;
+                self.high = p;
+                self.reset_retries(common);
+            }
+            QpState::Sqd if from != QpState::Sqd => self.sqd_notified = false,
+            _ => {}
+        }
+        self.check_drained(common);
+    }
+
+    /// Checks `wr` against the QP (state, queue depth, type, SGEs, inline
+    /// size, atomics, message size) and queues it.
+    pub(crate) fn post_send(&mut self, common: &QpCommon, wr: SendWr) -> Result<(), PostError> {
+        if matches!(
+            common.state(),
+            QpState::Reset | QpState::Init | QpState::Rtr
+        ) {
+            return Err(PostError::BadState);
+        }
+        let depth = common.init.max_send_wr;
+        if self.sq.len() >= depth as usize {
+            return Err(PostError::QueueFull { depth });
+        }
+        let len = validate(common, &wr)?;
+        self.sq.push_back(SendWqe::new(wr, len));
+        Ok(())
+    }
+
+    /// The next request packet, written to `buf`.
+    pub(crate) fn poll_transmit(
+        &mut self,
+        common: &mut QpCommon,
+        counters: &mut Counters,
+        now: Instant,
+        mem: &mut dyn MemoryAccess,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
+        match common.state() {
+            QpState::Error | QpState::Sqe => {
+                if !self.sq.is_empty() {
+                    self.flush(common);
+                }
+                return None;
+            }
+            QpState::Rts | QpState::Sqd => {}
+            _ => return None,
+        }
+        self.complete_errors(common);
+        if common.state() == QpState::Error || self.rnr_until.is_some() {
+            return None;
+        }
+        let rc = common.qp_type() == QpType::Rc;
+        let Some(wqe) = self.sq.get(self.next) else {
+            self.check_drained(common);
+            return None;
+        };
+        if wqe.error.is_some() {
+            return None;
+        }
+        if rc && self.una.distance_to(self.psn) >= MAX_UNACKED_PSNS {
+            return None;
+        }
+        if !wqe.started {
+            if common.state() == QpState::Sqd || !self.can_start(common, wqe) {
+                self.check_drained(common);
+                return None;
+            }
+            if !self.start(common, counters, mem) {
+                return None;
+            }
+        }
+        self.send_packet(common, counters, now, mem, buf)
+    }
+
+    /// The next deadline: the transport timer or the end of an RNR wait.
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        match (self.retrans_at, self.rnr_until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// A deadline passed: an RNR wait ends (sending resumes from the
+    /// NAK'd PSN), or the transport timer fired (retransmit from the oldest
+    /// unacknowledged PSN, or RETRY_EXC_ERR when the retries are spent).
+    pub(crate) fn handle_timeout(
+        &mut self,
+        common: &mut QpCommon,
+        counters: &mut Counters,
+        now: Instant,
+    ) {
+        if self.rnr_until.is_some_and(|t| t <= now) {
+            self.rnr_until = None;
+        }
+        if self.retrans_at.is_some_and(|t| t <= now) {
+            self.retrans_at = None;
+            let live = matches!(common.state(), QpState::Rts | QpState::Sqd);
+            if live && self.una != self.high && self.rnr_until.is_none() {
+                // A timeout always retries, even to the PSN of a
+                // retransmission in progress: that one was lost too.
+                self.rewound_to = None;
+                self.retry_from(common, counters, self.una);
+            }
+        }
+    }
+
+    /// Completes every queued and outstanding request with WR_FLUSH_ERR
+    /// (IBTA 10.3.1: in ERR all work requests are flushed) and stops the
+    /// timers.
+    pub(crate) fn flush(&mut self, common: &mut QpCommon) {
+        while let Some(w) = self.sq.pop_front() {
+            complete(common, &w, WcStatus::WrFlushErr);
+        }
+        self.next = 0;
+        self.next_pkt = 0;
+        self.rd_atomic = 0;
+        self.retrans_at = None;
+        self.rnr_until = None;
+        self.rewound_to = None;
+        self.una = self.psn;
+        self.high = self.psn;
+    }
+
+    // ---- sending ----
+
+    /// Whether the request at `next` may start now: a fenced request waits
+    /// for every earlier READ and atomic to complete (IBTA 10.8.3.3), and
+    /// at most `max_rd_atomic` READs and atomics are outstanding (IBTA
+    /// 9.5, 10.2.3).
+    fn can_start(&self, common: &QpCommon, wqe: &SendWqe) -> bool {
+        if wqe.wr.fence && self.rd_atomic > 0 {
+            return false;
+        }
+        if wqe.wr.op.is_read_or_atomic() {
+            let max = common.config.attrs().max_rd_atomic.unwrap_or(1).max(1);
+            if self.rd_atomic >= u32::from(max) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Gives the request at `next` its PSNs after checking its local
+    /// memory once; `false` if that check failed (the request then waits
+    /// to complete with LOC_PROT_ERR).
+    fn start(
+        &mut self,
+        common: &mut QpCommon,
+        counters: &mut Counters,
+        mem: &mut dyn MemoryAccess,
+    ) -> bool {
+        let mtu = common.mtu();
+        let pd = common.init.pd;
+        let psn = self.psn;
+        let wqe = &mut self.sq[self.next];
+        let needed = if wqe.wr.op.is_read_or_atomic() {
+            AccessFlags::LOCAL_WRITE
+        } else {
+            AccessFlags::empty()
+        };
+        if check_sges(&wqe.wr.data, mem, pd, needed).is_err() {
+            wqe.error = Some(WcStatus::LocProtErr);
+            self.complete_errors(common);
+            return false;
+        }
+        wqe.start(psn, mtu);
+        if wqe.wr.op.is_read_or_atomic() {
+            wqe.rd_atomic = true;
+            self.rd_atomic += 1;
+        }
+        if matches!(
+            wqe.wr.op,
+            SendOp::Send | SendOp::SendWithImm { .. } | SendOp::SendWithInv { .. }
+        ) {
+            counters.inc(Counter::RdmaSends);
+        }
+        true
+    }
+
+    /// Builds and accounts the packet at the send position.
+    fn send_packet(
+        &mut self,
+        common: &mut QpCommon,
+        counters: &mut Counters,
+        now: Instant,
+        mem: &mut dyn MemoryAccess,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
+        let rc = common.qp_type() == QpType::Rc;
+        let attrs = common.config.attrs();
+        let ctx = PacketCtx {
+            qp_type: common.qp_type(),
+            src_qpn: common.qpn,
+            pkey: common.pkey,
+            dest_qpn: attrs.dest_qpn.unwrap_or(0),
+            qkey: attrs.qkey.unwrap_or(0),
+        };
+        let pd = common.init.pd;
+        let k = self.next_pkt;
+        let wqe = &self.sq[self.next];
+        let single = wqe.wr.op.is_read_or_atomic();
+        let last = single || k + 1 >= packets_for(wqe.len, wqe.mtu);
+        let window_edge = self.una.distance_to(self.psn) + 1 >= MAX_UNACKED_PSNS;
+        let ack_req = last || window_edge || self.since_ack_req + 1 >= ACK_REQ_INTERVAL;
+        let (repr, offset, len) = packet_repr(&ctx, wqe, k, ack_req);
+        let data = &wqe.wr.data;
+        let written = emit_with(&repr, buf, |dst| {
+            if len == 0 {
+                Ok(())
+            } else {
+                gather(data, offset, dst, mem, pd)
+            }
+        });
+        let total = match written {
+            Ok(n) => n,
+            Err(BuildError::Mem(_)) => {
+                self.sq[self.next].error = Some(WcStatus::LocProtErr);
+                self.complete_errors(common);
+                return None;
+            }
+            Err(BuildError::Wire(_)) => {
+                counters.inc(Counter::SendErr);
+                return None;
+            }
+        };
+        let dest = match wqe.wr.ud {
+            Some(ud) if common.qp_type().is_datagram() => ud.av,
+            _ => common.config.attrs().av.unwrap_or_default(),
+        };
+        let after = if single {
+            wqe.last_psn.next()
+        } else {
+            wqe.first_psn.add(k + 1)
+        };
+        self.since_ack_req = if ack_req { 0 } else { self.since_ack_req + 1 };
+        self.psn = after;
+        if last {
+            self.next += 1;
+            self.next_pkt = 0;
+        } else {
+            self.next_pkt += 1;
+        }
+        if rc {
+            if self.una.distance_to(after) > self.una.distance_to(self.high) {
+                self.high = after;
+            }
+            if self.retrans_at.is_none() {
+                self.retrans_at = self.ack_deadline(common, now);
+            }
+        } else {
+            // UC, UD, GSI: nothing is acknowledged; the request completes
+            // once its last packet is handed over.
+            self.una = after;
+            self.high = after;
+            if last {
+                if let Some(w) = self.pop_front() {
+                    complete(common, &w, WcStatus::Success);
+                }
+                self.check_drained(common);
+            }
+        }
+        Some(Transmit {
+            len: total,
+            dest,
+            src_qpn: common.qpn,
+        })
+    }
+
+    // ---- shared with the completer ----
+
+    /// When the transport timer fires if armed at `now`: the nominal
+    /// interval, doubled for each retry spent since the last progress, at
+    /// most [`ACK_TIMEOUT_BACKOFF_MAX`] times it.
+    pub(super) fn ack_deadline(&self, common: &QpCommon, now: Instant) -> Option<Instant> {
+        let a = common.config.attrs();
+        let t = a.timeout.and_then(local_ack_timeout)?;
+        let spent = a.retry_cnt.unwrap_or(0).saturating_sub(self.retry_left);
+        let factor = (1u32 << spent.min(7)).min(ACK_TIMEOUT_BACKOFF_MAX);
+        Some(now.saturating_add(t.saturating_mul(factor)))
+    }
+
+    pub(super) fn reset_retries(&mut self, common: &QpCommon) {
+        let a = common.config.attrs();
+        self.retry_left = a.retry_cnt.unwrap_or(0);
+        self.rnr_left = a.rnr_retry.unwrap_or(0);
+    }
+
+    /// Forward progress at `now`: both retry counters start over, and the
+    /// transport timer restarts if anything is still outstanding.
+    pub(super) fn progress(&mut self, common: &QpCommon, now: Instant) {
+        self.reset_retries(common);
+        self.rewound_to = None;
+        self.retrans_at = if self.una != self.high && self.rnr_until.is_none() {
+            self.ack_deadline(common, now)
+        } else {
+            None
+        };
+    }
+
+    /// Starts a retransmission from `to`, spending one retry; when none is
+    /// left, the oldest request completes with RETRY_EXC_ERR and the QP
+    /// goes to ERR. A retransmission to the PSN already being retried
+    /// (without progress since) is not started twice.
+    pub(super) fn retry_from(&mut self, common: &mut QpCommon, counters: &mut Counters, to: Psn) {
+        if self.rewound_to == Some(to) {
+            return;
+        }
+        if self.retry_left == 0 {
+            counters.inc(Counter::RetryExceededErr);
+            self.fail_front(common, WcStatus::RetryExcErr);
+            return;
+        }
+        self.retry_left -= 1;
+        counters.inc(Counter::CompleterRetryErr);
+        self.rewind(to);
+        self.rewound_to = Some(to);
+    }
+
+    /// Waits `wait` after an RNR NAK, then resends from the oldest
+    /// unacknowledged PSN; RNR_RETRY_EXC_ERR when the RNR retries are spent
+    /// (`rnr_retry` 7: without end).
+    pub(super) fn rnr_retry(
+        &mut self,
+        common: &mut QpCommon,
+        counters: &mut Counters,
+        until: Instant,
+    ) {
+        let forever = common.config.attrs().rnr_retry == Some(RNR_RETRY_FOREVER);
+        if !forever {
+            if self.rnr_left == 0 {
+                counters.inc(Counter::RetryRnrExceededErr);
+                self.fail_front(common, WcStatus::RnrRetryExcErr);
+                return;
+            }
+            self.rnr_left -= 1;
+        }
+        self.rnr_until = Some(until);
+        self.retrans_at = None;
+        self.rewind(self.una);
+        // IBTA 9.7.5.2.8: after the RNR wait the requester resends from
+        // the NAK'd PSN. The packets sent after it were in flight: the
+        // responder drops them and may answer with a NAK PSN sequence
+        // error for the same PSN (kernel rxe does). That restates this
+        // rewind; it must not cost a retry, or a receiver that stays empty
+        // for a few RNR rounds ends the QP with RETRY_EXC_ERR.
+        self.rewound_to = Some(self.una);
+    }
+
+    /// Moves the send position back (or forward) to `to`, which lies in a
+    /// started request or is the first PSN of the first request not started.
+    pub(super) fn rewind(&mut self, to: Psn) {
+        self.psn = to;
+        self.next_pkt = 0;
+        for (i, w) in self.sq.iter().enumerate() {
+            if !w.started {
+                self.next = i;
+                return;
+            }
+            if w.holds(to) {
+                self.next = i;
+                self.next_pkt = w.first_psn.distance_to(to);
+                return;
+            }
+        }
+        self.next = self.sq.len();
+    }
+
+    /// After responses moved `una`: a send position behind it jumps to it.
+    pub(super) fn fix_position(&mut self) {
+        if self.psn.is_before(self.una) {
+            self.rewind(self.una);
+        }
+    }
+
+    /// Removes the oldest request, keeping `next` on the same request.
+    pub(super) fn pop_front(&mut self) -> Option<SendWqe> {
+        let w = self.sq.pop_front()?;
+        self.next = self.next.saturating_sub(1);
+        if w.rd_atomic {
+            self.rd_atomic = self.rd_atomic.saturating_sub(1);
+        }
+        Some(w)
+    }
+
+    /// The oldest request completes with `status` and the QP goes to ERR;
+    /// the endpoint then flushes the rest.
+    pub(super) fn fail_front(&mut self, common: &mut QpCommon, status: WcStatus) {
+        if let Some(w) = self.pop_front() {
+            complete(common, &w, status);
+        }
+        self.retrans_at = None;
+        self.rnr_until = None;
+        common.fatal();
+    }
+
+    /// A request that failed locally completes once it is the oldest.
+    pub(super) fn complete_errors(&mut self, common: &mut QpCommon) {
+        if let Some(status) = self.sq.front().and_then(|w| w.error) {
+            self.fail_front(common, status);
+        }
+    }
+
+    /// In SQD with nothing started and not completed: raise SQ_DRAINED
+    /// once, if the consumer asked for it (IBTA 10.3.1, 11.6.3).
+    pub(super) fn check_drained(&mut self, common: &mut QpCommon) {
+        if common.state() != QpState::Sqd || self.sqd_notified {
+            return;
+        }
+        if self.sq.iter().any(|w| w.started) {
+            return;
+        }
+        self.sqd_notified = true;
+        if common.config.attrs().en_sqd_async_notify == Some(true) {
+            common.event(AsyncEvent::SqDrained { qpn: common.qpn });
+        }
+    }
+}
+
+/// Adds the completion of `w` with `status`: always for an error, for a
+/// success only if it was signaled or the QP signals all (IBTA 10.7.3.1,
+/// as quoted in kernel rxe: an error completion is always generated).
+pub(super) fn complete(common: &mut QpCommon, w: &SendWqe, status: WcStatus) {
+    if status == WcStatus::Success && !w.wr.signaled && !common.init.sq_sig_all {
+        return;
+    }
+    let mut wc = WorkCompletion::new(
+        w.wr.wr_id,
+        status,
+        w.wr.op.wc_opcode(),
+        common.qpn,
+        WorkQueue::Send,
+    );
+    wc.byte_len = w.len;
+    common.complete(wc);
+}
+
+/// The post-time checks of `ibv_post_send` (libibverbs; IBTA 10.8, 11.4.1.1):
+/// returns the message length.
+pub(super) fn validate(common: &QpCommon, wr: &SendWr) -> Result<u32, PostError> {
+    let qp_type = common.qp_type();
+    let op = wr.op;
+    let allowed = match qp_type {
+        QpType::Rc => true,
+        QpType::Uc => matches!(
+            op,
+            SendOp::Send
+                | SendOp::SendWithImm { .. }
+                | SendOp::RdmaWrite { .. }
+                | SendOp::RdmaWriteWithImm { .. }
+        ),
+        QpType::Ud | QpType::Gsi => matches!(op, SendOp::Send | SendOp::SendWithImm { .. }),
+    };
+    if !allowed {
+        return Err(PostError::OpNotSupported);
+    }
+    if qp_type.is_datagram() && wr.ud.is_none() {
+        return Err(PostError::MissingUdDest);
+    }
+    match &wr.data {
+        SendData::Sges(s) if s.len() > common.init.max_send_sge as usize => {
+            return Err(PostError::TooManySges {
+                given: s.len(),
+                max: common.init.max_send_sge,
+            })
+        }
+        SendData::Inline(b) if b.len() > common.init.max_inline_data as usize => {
+            return Err(PostError::InlineTooLarge {
+                given: b.len(),
+                max: common.init.max_inline_data,
+            })
+        }
+        SendData::Inline(_) if op.is_atomic() => return Err(PostError::BadAtomic),
+        // READ data lands in registered memory: inline makes no sense.
+        SendData::Inline(_) if op.is_read_or_atomic() => return Err(PostError::OpNotSupported),
+        _ => {}
+    }
+    if let SendOp::CmpSwap { remote_addr, .. } | SendOp::FetchAdd { remote_addr, .. } = op {
+        let one_8_byte_sge =
+            matches!(&wr.data, SendData::Sges(s) if s.len() == 1 && s[0].length == 8);
+        if !one_8_byte_sge || remote_addr % 8 != 0 {
+            return Err(PostError::BadAtomic);
+        }
+    }
+    let len = wr.data.len();
+    if len > MAX_MESSAGE_LEN {
+        return Err(PostError::MessageTooLarge {
+            len,
+            max: MAX_MESSAGE_LEN,
+        });
+    }
+    if qp_type.is_datagram() && len > u64::from(common.mtu()) {
+        return Err(PostError::MessageTooLarge {
+            len,
+            max: u64::from(common.mtu()),
+        });
+    }
+    Ok(len as u32)
+}
