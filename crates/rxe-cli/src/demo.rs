@@ -16,10 +16,10 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
-use rxe_core::transport::responder::GRH_LEN;
 use rxe_core::transport::Psn;
 use rxe_core::wire::dissect::dissect;
-use rxe_net::capture::CaptureReader;
+use rxe_core::wire::grh::HEADER_LEN as GRH_LEN;
+use rxe_pcap::CaptureReader;
 use rxe_verbs::{
     connect, gid_of, AccessFlags, AddressVector, AhAttr, Cq, Device, InitParams, Mr, PathMtu, Pd,
     Qp, QpCap, QpInitAttr, QpType, RcParams, ReadyParams, RecvWr, RemoteQp, SendData, SendOp,

@@ -26,8 +26,3 @@ pub use engine::{EndpointEngine, Engine};
 pub use port::NetPort;
 pub use socket::{RoceSocket, RxBatch, RxMeta, TxBatch};
 pub use tap::PcapTap;
-
-/// The old path of the capture reader and writer, now the `rxe-pcap` crate;
-/// kept only for rxe-cli's `demo.rs` until it imports `rxe_pcap` itself.
-#[doc(hidden)]
-pub use rxe_pcap as capture;

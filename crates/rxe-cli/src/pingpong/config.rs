@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 use clap::ValueEnum;
-use rxe_core::transport::responder::GRH_LEN;
+use rxe_core::wire::grh::HEADER_LEN as GRH_LEN;
 use rxe_verbs::{PathMtu, QpType};
 
 use super::handshake::{self, SRQ_MESSAGES};

@@ -2,7 +2,7 @@
 //! (polling or on events), and checking what arrives.
 
 use anyhow::{anyhow, bail, Context, Result};
-use rxe_core::transport::responder::GRH_LEN;
+use rxe_core::wire::grh::HEADER_LEN as GRH_LEN;
 use rxe_verbs::{
     NotifyKind, RecvWr, SendData, SendOp, SendWr, UdDest, VerbsError, WcStatus, WorkCompletion,
 };
