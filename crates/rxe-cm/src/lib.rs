@@ -14,5 +14,21 @@
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub)]
 
+pub mod counters;
+pub mod endpoint;
+pub mod event;
 pub mod ip_cm;
 pub mod mad;
+pub mod qp_attrs;
+pub mod timer;
+
+pub use counters::{CmCounter, CmCounters};
+pub use endpoint::{CmConfig, CmEndpoint, CmError, CmState};
+pub use event::{AcceptParams, CmEvent, CommId, ConnectParams, MadAddr, SidrParams, SidrReply};
+pub use qp_attrs::{ConnQpType, PathAttrs, QpAttrs};
+
+/// The QPN of the general services interface, where CM MADs go (IBTA 3.5.1,
+/// not checked against the text).
+pub const GSI_QPN: u32 = 1;
+/// The Q_Key of QP1 (IBTA 13.5.?, not checked against the text; rping.pcap's MADs carry it).
+pub const GSI_QKEY: u32 = 0x8001_0000;
