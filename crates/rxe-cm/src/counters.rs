@@ -98,7 +98,9 @@ impl CmCounter {
     pub fn for_error(e: &MadError) -> CmCounter {
         match e {
             MadError::Truncated { .. } => CmCounter::DropTruncated,
-            MadError::BadField { .. } | MadError::PrivateDataTooLong { .. } => CmCounter::DropBadField,
+            MadError::BadField { .. } | MadError::PrivateDataTooLong { .. } => {
+                CmCounter::DropBadField
+            }
             MadError::UnknownAttribute { .. } => CmCounter::DropUnknownAttribute,
         }
     }
@@ -127,7 +129,10 @@ impl CmCounters {
     }
     /// The sum of the drop counters.
     pub fn dropped(&self) -> u64 {
-        self.iter().filter(|(c, _)| c.name().starts_with("cm_drop_")).map(|(_, v)| v).sum()
+        self.iter()
+            .filter(|(c, _)| c.name().starts_with("cm_drop_"))
+            .map(|(_, v)| v)
+            .sum()
     }
 }
 

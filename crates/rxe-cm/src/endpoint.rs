@@ -77,8 +77,9 @@ use tracing::debug;
 use crate::counters::{CmCounter, CmCounters};
 use crate::event::{AcceptParams, CmEvent, CommId, ConnectParams, MadAddr, SidrParams, SidrReply};
 use crate::mad::{
-    self, CmMad, CmMessage, DrepRepr, DreqRepr, MessageMraed, MessageRejected, MraRepr, PrivateData, RejRepr,
-    RejectReason, RepRepr, ReqRepr, RtuRepr, SidrRepRepr, SidrReqRepr, SidrStatus, MAD_LEN,
+    self, CmMad, CmMessage, DrepRepr, DreqRepr, MessageMraed, MessageRejected, MraRepr,
+    PrivateData, RejRepr, RejectReason, RepRepr, ReqRepr, RtuRepr, SidrRepRepr, SidrReqRepr,
+    SidrStatus, MAD_LEN,
 };
 use crate::qp_attrs::{self, ConnQpType, QpAttrs};
 use crate::timer::{ack_timeout, exp_duration, response_timeout};
@@ -147,7 +148,12 @@ impl CmState {
     fn rep_exchanged(self) -> bool {
         matches!(
             self,
-            CmState::RepRcvd | CmState::MraRepSent | CmState::RepSent | CmState::MraRepRcvd | CmState::Established | CmState::DreqSent
+            CmState::RepRcvd
+                | CmState::MraRepSent
+                | CmState::RepSent
+                | CmState::MraRepRcvd
+                | CmState::Established
+                | CmState::DreqSent
         )
     }
 }
@@ -158,7 +164,11 @@ pub enum CmError {
     #[error("no connection with ID {0:?}")]
     NoSuchId(CommId),
     #[error("{call} is not allowed on {id:?} in state {state:?}")]
-    WrongState { id: CommId, state: CmState, call: &'static str },
+    WrongState {
+        id: CommId,
+        state: CmState,
+        call: &'static str,
+    },
     #[error("ServiceID {0:#018x} is listened on already")]
     AlreadyListening(u64),
     #[error("ServiceID {0:#018x} is not listened on")]
@@ -407,10 +417,18 @@ impl CmEndpoint {
         let private_data = PrivateData::from_slice("REP", &p.private_data)?;
         let c = self.conn(id)?;
         if !matches!(c.state, CmState::ReqRcvd | CmState::MraReqSent) {
-            return Err(CmError::WrongState { id, state: c.state, call: "accept" });
+            return Err(CmError::WrongState {
+                id,
+                state: c.state,
+                call: "accept",
+            });
         }
         let Some(req) = c.req.as_deref() else {
-            return Err(CmError::WrongState { id, state: c.state, call: "accept" });
+            return Err(CmError::WrongState {
+                id,
+                state: c.state,
+                call: "accept",
+            });
         };
         let rep = RepRepr {
             local_comm_id: id.0,
@@ -431,7 +449,8 @@ impl CmEndpoint {
         };
         // The REP waits for the RTU as long as the active side said it needs
         // to answer (its Local CM Response Timeout), as often as it allows.
-        let retry_timeout = response_timeout(req.local_cm_response_timeout, self.config.packet_life_time);
+        let retry_timeout =
+            response_timeout(req.local_cm_response_timeout, self.config.packet_life_time);
         let retries = req.max_cm_retries;
         let key = (c.remote_ca_guid, c.remote_qpn);
         let bytes = CmMad::send(c.tid, CmMessage::Rep(rep.clone())).to_bytes();
@@ -450,9 +469,17 @@ impl CmEndpoint {
         let private_data = PrivateData::from_slice("RTU", private_data)?;
         let c = self.conn(id)?;
         if !matches!(c.state, CmState::RepRcvd | CmState::MraRepSent) {
-            return Err(CmError::WrongState { id, state: c.state, call: "send_rtu" });
+            return Err(CmError::WrongState {
+                id,
+                state: c.state,
+                call: "send_rtu",
+            });
         }
-        let rtu = RtuRepr { local_comm_id: id.0, remote_comm_id: c.remote_comm_id, private_data };
+        let rtu = RtuRepr {
+            local_comm_id: id.0,
+            remote_comm_id: c.remote_comm_id,
+            private_data,
+        };
         let bytes = CmMad::send(c.tid, CmMessage::Rtu(rtu)).to_bytes();
         let (peer, key) = (c.peer, (c.remote_ca_guid, c.remote_qpn));
         let c = self.conns.get_mut(&id.0).ok_or(CmError::NoSuchId(id))?;
@@ -470,7 +497,11 @@ impl CmEndpoint {
     pub fn establish(&mut self, id: CommId) -> Result<(), CmError> {
         let c = self.conn(id)?;
         if !matches!(c.state, CmState::RepSent | CmState::MraRepRcvd) {
-            return Err(CmError::WrongState { id, state: c.state, call: "establish" });
+            return Err(CmError::WrongState {
+                id,
+                state: c.state,
+                call: "establish",
+            });
         }
         self.cancel_timer(id.0);
         if let Some(c) = self.conns.get_mut(&id.0) {
@@ -482,13 +513,25 @@ impl CmEndpoint {
     }
 
     /// Refuses a ConnectRequest (or, active side, a ConnectResponse) with a REJ.
-    pub fn reject(&mut self, now: Instant, id: CommId, reason: RejectReason, private_data: &[u8]) -> Result<(), CmError> {
+    pub fn reject(
+        &mut self,
+        now: Instant,
+        id: CommId,
+        reason: RejectReason,
+        private_data: &[u8],
+    ) -> Result<(), CmError> {
         let private_data = PrivateData::from_slice("REJ", private_data)?;
         let c = self.conn(id)?;
         let message_rejected = match c.state {
             CmState::ReqRcvd | CmState::MraReqSent => MessageRejected::Req,
             CmState::RepRcvd | CmState::MraRepSent => MessageRejected::Rep,
-            state => return Err(CmError::WrongState { id, state, call: "reject" }),
+            state => {
+                return Err(CmError::WrongState {
+                    id,
+                    state,
+                    call: "reject",
+                })
+            }
         };
         let rej = RejRepr {
             local_comm_id: id.0,
@@ -516,7 +559,13 @@ impl CmEndpoint {
         let (message_mraed, next) = match c.state {
             CmState::ReqRcvd => (MessageMraed::Req, CmState::MraReqSent),
             CmState::RepRcvd => (MessageMraed::Rep, CmState::MraRepSent),
-            state => return Err(CmError::WrongState { id, state, call: "send_mra" }),
+            state => {
+                return Err(CmError::WrongState {
+                    id,
+                    state,
+                    call: "send_mra",
+                })
+            }
         };
         let mra = MraRepr {
             local_comm_id: id.0,
@@ -535,13 +584,24 @@ impl CmEndpoint {
     }
 
     /// Ends a connection with a DREQ. A no-op while already disconnecting.
-    pub fn disconnect(&mut self, now: Instant, id: CommId, private_data: &[u8]) -> Result<(), CmError> {
+    pub fn disconnect(
+        &mut self,
+        now: Instant,
+        id: CommId,
+        private_data: &[u8],
+    ) -> Result<(), CmError> {
         let private_data = PrivateData::from_slice("DREQ", private_data)?;
         let c = self.conn(id)?;
         match c.state {
             CmState::Established | CmState::RepSent | CmState::MraRepRcvd => {}
             CmState::DreqSent | CmState::TimeWait => return Ok(()),
-            state => return Err(CmError::WrongState { id, state, call: "disconnect" }),
+            state => {
+                return Err(CmError::WrongState {
+                    id,
+                    state,
+                    call: "disconnect",
+                })
+            }
         }
         let dreq = DreqRepr {
             local_comm_id: id.0,
@@ -550,7 +610,10 @@ impl CmEndpoint {
             private_data,
         };
         let bytes = CmMad::send(c.tid, CmMessage::Dreq(dreq)).to_bytes();
-        let retry_timeout = response_timeout(self.config.cm_response_timeout, self.config.packet_life_time);
+        let retry_timeout = response_timeout(
+            self.config.cm_response_timeout,
+            self.config.packet_life_time,
+        );
         let retries = self.config.max_cm_retries;
         self.cancel_timer(id.0);
         if let Some(c) = self.conns.get_mut(&id.0) {
@@ -567,7 +630,11 @@ impl CmEndpoint {
         match (c.req.as_deref(), c.rep.as_deref()) {
             (Some(req), Some(rep)) if c.active => Ok(qp_attrs::active(req, rep)),
             (Some(req), Some(rep)) => Ok(qp_attrs::passive(req, rep)),
-            _ => Err(CmError::WrongState { id, state: c.state, call: "qp_attrs" }),
+            _ => Err(CmError::WrongState {
+                id,
+                state: c.state,
+                call: "qp_attrs",
+            }),
         }
     }
 
@@ -576,11 +643,22 @@ impl CmEndpoint {
         let private_data = PrivateData::from_slice("SIDR_REQ", &p.private_data)?;
         let id = self.alloc_id()?;
         let tid = (u64::from(self.config.tid_high) << 32) | u64::from(id);
-        let req = SidrReqRepr { request_id: id, pkey: p.pkey, service_id: p.service_id, private_data };
+        let req = SidrReqRepr {
+            request_id: id,
+            pkey: p.pkey,
+            service_id: p.service_id,
+            private_data,
+        };
         let bytes = CmMad::send(tid, CmMessage::SidrReq(req)).to_bytes();
-        let retry_timeout = response_timeout(self.config.cm_response_timeout, self.config.packet_life_time);
+        let retry_timeout = response_timeout(
+            self.config.cm_response_timeout,
+            self.config.packet_life_time,
+        );
         let retries = self.config.max_cm_retries;
-        self.conns.insert(id, Conn::new(CmState::SidrReqSent, true, tid, p.to, Duration::ZERO));
+        self.conns.insert(
+            id,
+            Conn::new(CmState::SidrReqSent, true, tid, p.to, Duration::ZERO),
+        );
         self.send_pending(now, id, bytes, retries, retry_timeout);
         Ok(CommId(id))
     }
@@ -590,7 +668,11 @@ impl CmEndpoint {
         let private_data = PrivateData::from_slice("SIDR_REP", &r.private_data)?;
         let c = self.conn(id)?;
         if c.state != CmState::SidrReqRcvd {
-            return Err(CmError::WrongState { id, state: c.state, call: "sidr_reply" });
+            return Err(CmError::WrongState {
+                id,
+                state: c.state,
+                call: "sidr_reply",
+            });
         }
         let service_id = c.service_id;
         let rep = SidrRepRepr {
@@ -606,8 +688,11 @@ impl CmEndpoint {
         let bytes = CmMad::send(c.tid, CmMessage::SidrRep(rep)).to_bytes();
         let peer = c.peer;
         // Keep the answer while the requester may still resend its SIDR_REQ.
-        let keep = response_timeout(self.config.cm_response_timeout, self.config.packet_life_time)
-            .saturating_mul(u32::from(self.config.max_cm_retries) + 1);
+        let keep = response_timeout(
+            self.config.cm_response_timeout,
+            self.config.packet_life_time,
+        )
+        .saturating_mul(u32::from(self.config.max_cm_retries) + 1);
         if let Some(c) = self.conns.get_mut(&id.0) {
             c.state = CmState::SidrRepSent;
             c.answer = Some(Box::new(bytes));
@@ -626,10 +711,19 @@ impl CmEndpoint {
             };
             match c.state {
                 CmState::MraReqSent => self.resend_answer(lid, CmCounter::DupMraResent),
-                CmState::RepSent | CmState::MraRepRcvd => self.resend_answer(lid, CmCounter::DupReqRepResent),
+                CmState::RepSent | CmState::MraRepRcvd => {
+                    self.resend_answer(lid, CmCounter::DupReqRepResent)
+                }
                 CmState::TimeWait => {
                     self.counters.bump(CmCounter::RejStaleConn);
-                    self.send_rej(from, tid, lid, r.local_comm_id, MessageRejected::Req, RejectReason::StaleConn);
+                    self.send_rej(
+                        from,
+                        tid,
+                        lid,
+                        r.local_comm_id,
+                        MessageRejected::Req,
+                        RejectReason::StaleConn,
+                    );
                 }
                 _ => self.drop_mad(CmCounter::DropDuplicateReq, "REQ"),
             }
@@ -638,15 +732,33 @@ impl CmEndpoint {
         if let Some(&lid) = self.by_remote_qpn.get(&(r.local_ca_guid, r.local_qpn)) {
             // A new REQ from a QP we think is connected: the old connection is stale.
             self.counters.bump(CmCounter::RejStaleConn);
-            self.send_rej(from, tid, 0, r.local_comm_id, MessageRejected::Req, RejectReason::StaleConn);
-            if self.conns.get(&lid).is_some_and(|c| c.state == CmState::Established) {
+            self.send_rej(
+                from,
+                tid,
+                0,
+                r.local_comm_id,
+                MessageRejected::Req,
+                RejectReason::StaleConn,
+            );
+            if self
+                .conns
+                .get(&lid)
+                .is_some_and(|c| c.state == CmState::Established)
+            {
                 let _ = self.disconnect(now, CommId(lid), &[]);
             }
             return;
         }
         if !self.listeners.contains(&r.service_id) {
             self.counters.bump(CmCounter::RejInvalidServiceId);
-            self.send_rej(from, tid, 0, r.local_comm_id, MessageRejected::Req, RejectReason::InvalidServiceId);
+            self.send_rej(
+                from,
+                tid,
+                0,
+                r.local_comm_id,
+                MessageRejected::Req,
+                RejectReason::InvalidServiceId,
+            );
             return;
         }
         let bad = if r.transport_service_type > mad::req::TST_UC {
@@ -662,24 +774,53 @@ impl CmEndpoint {
             return;
         }
         let Ok(id) = self.alloc_id() else {
-            self.send_rej(from, tid, 0, r.local_comm_id, MessageRejected::Req, RejectReason::NoResources);
+            self.send_rej(
+                from,
+                tid,
+                0,
+                r.local_comm_id,
+                MessageRejected::Req,
+                RejectReason::NoResources,
+            );
             return;
         };
-        let mut c = Conn::new(CmState::ReqRcvd, false, tid, from, exp_duration(r.primary_path.local_ack_timeout));
+        let mut c = Conn::new(
+            CmState::ReqRcvd,
+            false,
+            tid,
+            from,
+            exp_duration(r.primary_path.local_ack_timeout),
+        );
         c.remote_comm_id = r.local_comm_id;
         c.remote_ca_guid = r.local_ca_guid;
         c.remote_qpn = r.local_qpn;
         let req = Box::new(r);
         c.req = Some(req.clone());
-        self.by_remote.insert((c.remote_ca_guid, c.remote_comm_id), id);
+        self.by_remote
+            .insert((c.remote_ca_guid, c.remote_comm_id), id);
         self.conns.insert(id, c);
-        self.events.push_back(CmEvent::ConnectRequest { id: CommId(id), from, req });
+        self.events.push_back(CmEvent::ConnectRequest {
+            id: CommId(id),
+            from,
+            req,
+        });
     }
 
     fn on_rep(&mut self, from: MadAddr, tid: u64, r: RepRepr) {
-        let Some(c) = self.conns.get(&r.remote_comm_id).filter(|c| c.active && c.req.is_some()) else {
+        let Some(c) = self
+            .conns
+            .get(&r.remote_comm_id)
+            .filter(|c| c.active && c.req.is_some())
+        else {
             self.counters.bump(CmCounter::RejInvalidCommId);
-            self.send_rej(from, tid, 0, r.local_comm_id, MessageRejected::Rep, RejectReason::InvalidCommId);
+            self.send_rej(
+                from,
+                tid,
+                0,
+                r.local_comm_id,
+                MessageRejected::Rep,
+                RejectReason::InvalidCommId,
+            );
             return;
         };
         let id = r.remote_comm_id;
@@ -697,7 +838,10 @@ impl CmEndpoint {
                 c.state = CmState::RepRcvd;
                 let rep = Box::new(r);
                 c.rep = Some(rep.clone());
-                self.events.push_back(CmEvent::ConnectResponse { id: CommId(id), rep });
+                self.events.push_back(CmEvent::ConnectResponse {
+                    id: CommId(id),
+                    rep,
+                });
             }
             _ if !same => self.drop_mad(CmCounter::DropWrongRemoteCommId, "REP"),
             CmState::RepRcvd => self.drop_mad(CmCounter::DropDuplicateRep, "REP"),
@@ -722,7 +866,8 @@ impl CmEndpoint {
                     c.state = CmState::Established;
                     c.pending = None;
                 }
-                self.events.push_back(CmEvent::Established { id: CommId(id) });
+                self.events
+                    .push_back(CmEvent::Established { id: CommId(id) });
             }
             CmState::Established => self.drop_mad(CmCounter::DropDuplicateRtu, "RTU"),
             _ => self.drop_mad(CmCounter::DropWrongState, "RTU"),
@@ -745,13 +890,15 @@ impl CmEndpoint {
         };
         let first = c.state != next;
         // Wait the Service Timeout plus the packet lifetime before resending.
-        let extra = exp_duration(m.service_timeout).saturating_add(exp_duration(self.config.packet_life_time));
+        let extra = exp_duration(m.service_timeout)
+            .saturating_add(exp_duration(self.config.packet_life_time));
         if let Some(c) = self.conns.get_mut(&id) {
             c.state = next;
         }
         self.set_timer(id, now.saturating_add(extra));
         if first {
-            self.events.push_back(CmEvent::MraReceived { id: CommId(id) });
+            self.events
+                .push_back(CmEvent::MraReceived { id: CommId(id) });
         }
     }
 
@@ -763,7 +910,9 @@ impl CmEndpoint {
             // found by its CA GUID (the ARI) and its communication ID.
             let mut g = [0u8; 8];
             g.copy_from_slice(&r.ari[..8]);
-            self.by_remote.get(&(u64::from_be_bytes(g), r.local_comm_id)).copied()
+            self.by_remote
+                .get(&(u64::from_be_bytes(g), r.local_comm_id))
+                .copied()
         } else {
             None
         };
@@ -774,7 +923,11 @@ impl CmEndpoint {
             return self.drop_mad(CmCounter::DropWrongRemoteCommId, "REJ");
         }
         let state = c.state;
-        let event = CmEvent::Rejected { id: CommId(id), reason: r.reason, rej: Box::new(r) };
+        let event = CmEvent::Rejected {
+            id: CommId(id),
+            reason: r.reason,
+            rej: Box::new(r),
+        };
         match state {
             CmState::ReqSent | CmState::MraReqRcvd | CmState::ReqRcvd | CmState::MraReqSent => {
                 self.free(id);
@@ -793,7 +946,11 @@ impl CmEndpoint {
         let Some(c) = self.conns.get(&id).filter(|c| c.req.is_some()) else {
             // No such connection (any more): answer, so the peer can leave.
             self.counters.bump(CmCounter::DrepUnknown);
-            let drep = DrepRepr { local_comm_id: id, remote_comm_id: d.local_comm_id, private_data: PrivateData::default() };
+            let drep = DrepRepr {
+                local_comm_id: id,
+                remote_comm_id: d.local_comm_id,
+                private_data: PrivateData::default(),
+            };
             self.push(from, CmMad::send(tid, CmMessage::Drep(drep)).to_bytes());
             return;
         };
@@ -803,7 +960,11 @@ impl CmEndpoint {
         if c.local_qpn != d.remote_qpn_eecn {
             return self.drop_mad(CmCounter::DropDreqWrongQpn, "DREQ");
         }
-        let drep = DrepRepr { local_comm_id: id, remote_comm_id: d.local_comm_id, private_data: PrivateData::default() };
+        let drep = DrepRepr {
+            local_comm_id: id,
+            remote_comm_id: d.local_comm_id,
+            private_data: PrivateData::default(),
+        };
         let bytes = CmMad::send(tid, CmMessage::Drep(drep)).to_bytes();
         let peer = c.peer;
         match c.state {
@@ -813,7 +974,8 @@ impl CmEndpoint {
                 if let Some(c) = self.conns.get_mut(&id) {
                     c.answer = Some(Box::new(bytes));
                 }
-                self.events.push_back(CmEvent::Disconnected { id: CommId(id) });
+                self.events
+                    .push_back(CmEvent::Disconnected { id: CommId(id) });
             }
             CmState::TimeWait => {
                 self.counters.bump(CmCounter::DupDreqDrepResent);
@@ -835,7 +997,8 @@ impl CmEndpoint {
             return self.drop_mad(CmCounter::DropUnexpectedDrep, "DREP");
         }
         self.enter_timewait(now, id);
-        self.events.push_back(CmEvent::Disconnected { id: CommId(id) });
+        self.events
+            .push_back(CmEvent::Disconnected { id: CommId(id) });
     }
 
     fn on_sidr_req(&mut self, from: MadAddr, tid: u64, s: SidrReqRepr) {
@@ -871,7 +1034,11 @@ impl CmEndpoint {
         self.sidr_by_remote.insert((from.gid, s.request_id), id);
         let req = Box::new(s);
         self.conns.insert(id, c);
-        self.events.push_back(CmEvent::SidrRequest { id: CommId(id), from, req });
+        self.events.push_back(CmEvent::SidrRequest {
+            id: CommId(id),
+            from,
+            req,
+        });
     }
 
     fn on_sidr_rep(&mut self, s: SidrRepRepr) {
@@ -880,7 +1047,10 @@ impl CmEndpoint {
             return self.drop_mad(CmCounter::DropUnknownSidrRep, "SIDR_REP");
         }
         self.free(id);
-        self.events.push_back(CmEvent::SidrResponse { id: CommId(id), rep: Box::new(s) });
+        self.events.push_back(CmEvent::SidrResponse {
+            id: CommId(id),
+            rep: Box::new(s),
+        });
     }
 
     // ---- timers ----
@@ -893,7 +1063,8 @@ impl CmEndpoint {
         match state {
             CmState::TimeWait => {
                 self.free(id);
-                self.events.push_back(CmEvent::TimewaitExit { id: CommId(id) });
+                self.events
+                    .push_back(CmEvent::TimewaitExit { id: CommId(id) });
             }
             CmState::SidrRepSent => self.free(id),
             _ => {
@@ -911,22 +1082,28 @@ impl CmEndpoint {
                 c.pending = None;
                 self.counters.bump(CmCounter::Timeouts);
                 match state {
-                    CmState::ReqSent | CmState::MraReqRcvd | CmState::RepSent | CmState::MraRepRcvd => {
+                    CmState::ReqSent
+                    | CmState::MraReqRcvd
+                    | CmState::RepSent
+                    | CmState::MraRepRcvd => {
                         self.send_timeout_rej(peer, tid, id, remote);
                         if state.rep_exchanged() {
                             self.enter_timewait(now, id);
                         } else {
                             self.free(id);
                         }
-                        self.events.push_back(CmEvent::Unreachable { id: CommId(id) });
+                        self.events
+                            .push_back(CmEvent::Unreachable { id: CommId(id) });
                     }
                     CmState::DreqSent => {
                         self.enter_timewait(now, id);
-                        self.events.push_back(CmEvent::Disconnected { id: CommId(id) });
+                        self.events
+                            .push_back(CmEvent::Disconnected { id: CommId(id) });
                     }
                     CmState::SidrReqSent => {
                         self.free(id);
-                        self.events.push_back(CmEvent::Unreachable { id: CommId(id) });
+                        self.events
+                            .push_back(CmEvent::Unreachable { id: CommId(id) });
                     }
                     _ => {}
                 }
@@ -961,7 +1138,14 @@ impl CmEndpoint {
         self.counters.bump(c);
     }
 
-    fn send_pending(&mut self, now: Instant, id: u32, bytes: [u8; MAD_LEN], retries: u8, wait: Duration) {
+    fn send_pending(
+        &mut self,
+        now: Instant,
+        id: u32,
+        bytes: [u8; MAD_LEN],
+        retries: u8,
+        wait: Duration,
+    ) {
         let Some(c) = self.conns.get_mut(&id) else {
             return;
         };
@@ -974,14 +1158,26 @@ impl CmEndpoint {
     }
 
     fn resend_answer(&mut self, id: u32, counter: CmCounter) {
-        let Some((peer, Some(bytes))) = self.conns.get(&id).map(|c| (c.peer, c.answer.as_deref().copied())) else {
+        let Some((peer, Some(bytes))) = self
+            .conns
+            .get(&id)
+            .map(|c| (c.peer, c.answer.as_deref().copied()))
+        else {
             return self.drop_mad(CmCounter::DropWrongState, "duplicate");
         };
         self.counters.bump(counter);
         self.push(peer, bytes);
     }
 
-    fn send_rej(&mut self, to: MadAddr, tid: u64, local: u32, remote: u32, message_rejected: MessageRejected, reason: RejectReason) {
+    fn send_rej(
+        &mut self,
+        to: MadAddr,
+        tid: u64,
+        local: u32,
+        remote: u32,
+        message_rejected: MessageRejected,
+        reason: RejectReason,
+    ) {
         let rej = RejRepr {
             local_comm_id: local,
             remote_comm_id: remote,

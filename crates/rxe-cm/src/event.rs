@@ -1,6 +1,8 @@
 //! What the CM endpoint tells its consumer, and the parameters of its calls.
 
-use crate::mad::{PathRepr, RejRepr, RejectReason, RepRepr, ReqRepr, SidrRepRepr, SidrReqRepr, SidrStatus};
+use crate::mad::{
+    PathRepr, RejRepr, RejectReason, RepRepr, ReqRepr, SidrRepRepr, SidrReqRepr, SidrStatus,
+};
 use crate::qp_attrs::ConnQpType;
 
 /// A connection (or SIDR request), named by its Local Communication ID.
@@ -18,7 +20,10 @@ pub struct MadAddr {
 impl MadAddr {
     /// The GSI (QP1) of the port with `gid`.
     pub const fn gsi(gid: [u8; 16]) -> MadAddr {
-        MadAddr { gid, qpn: crate::GSI_QPN }
+        MadAddr {
+            gid,
+            qpn: crate::GSI_QPN,
+        }
     }
 }
 
@@ -27,13 +32,21 @@ impl MadAddr {
 pub enum CmEvent {
     /// Passive side: a REQ for a service we listen on. Answer with
     /// `accept`, `reject` or `send_mra`.
-    ConnectRequest { id: CommId, from: MadAddr, req: Box<ReqRepr> },
+    ConnectRequest {
+        id: CommId,
+        from: MadAddr,
+        req: Box<ReqRepr>,
+    },
     /// Active side: the REP arrived. Answer with `send_rtu` (or `reject`, `send_mra`).
     ConnectResponse { id: CommId, rep: Box<RepRepr> },
     /// The connection is up (active: RTU sent; passive: RTU received, or `establish`).
     Established { id: CommId },
     /// The peer refused (or gave up with reason Timeout).
-    Rejected { id: CommId, reason: RejectReason, rej: Box<RejRepr> },
+    Rejected {
+        id: CommId,
+        reason: RejectReason,
+        rej: Box<RejRepr>,
+    },
     /// Our REQ or REP ran out of retries; a REJ with reason Timeout was sent.
     Unreachable { id: CommId },
     /// The peer acknowledged our message and asked for more time.
@@ -44,7 +57,11 @@ pub enum CmEvent {
     /// TimeWait is over; the ID is gone.
     TimewaitExit { id: CommId },
     /// A SIDR_REQ for a service we listen on: answer with `sidr_reply`.
-    SidrRequest { id: CommId, from: MadAddr, req: Box<SidrReqRepr> },
+    SidrRequest {
+        id: CommId,
+        from: MadAddr,
+        req: Box<SidrReqRepr>,
+    },
     /// The SIDR_REP to our SIDR_REQ.
     SidrResponse { id: CommId, rep: Box<SidrRepRepr> },
 }
@@ -95,7 +112,13 @@ impl ConnectParams {
     /// Linux's rdma_cm sends (rping.pcap frame 1): responder resources and
     /// initiator depth 1, retry and RNR retry 7, MTU 1024, the default
     /// P_Key, permissive LIDs, hop limit 64.
-    pub fn rc(service_id: u64, qpn: u32, starting_psn: u32, local_gid: [u8; 16], remote_gid: [u8; 16]) -> Self {
+    pub fn rc(
+        service_id: u64,
+        qpn: u32,
+        starting_psn: u32,
+        local_gid: [u8; 16],
+        remote_gid: [u8; 16],
+    ) -> Self {
         ConnectParams {
             service_id,
             qp_type: ConnQpType::Rc,

@@ -14,7 +14,8 @@ pub fn exp_duration(exp: u8) -> Duration {
 /// network, 2 x PacketLifeTime (IBTA 12.7.35, not checked against the text;
 /// Linux's CM computes the same sum).
 pub fn response_timeout(peer_cm_response_timeout: u8, packet_life_time: u8) -> Duration {
-    exp_duration(peer_cm_response_timeout).saturating_add(exp_duration(packet_life_time).saturating_mul(2))
+    exp_duration(peer_cm_response_timeout)
+        .saturating_add(exp_duration(packet_life_time).saturating_mul(2))
 }
 
 /// The transport's Local ACK Timeout exponent for a path with
@@ -45,7 +46,10 @@ mod tests {
         assert_eq!(exp_duration(20), Duration::from_nanos(4096 << 20)); // 4.29 s
         assert_eq!(exp_duration(40), exp_duration(31));
         // The kernel's rping REQ: response timeout 20, packet lifetime 18.
-        assert_eq!(response_timeout(20, 18), Duration::from_nanos((4096 << 20) + 2 * (4096 << 18)));
+        assert_eq!(
+            response_timeout(20, 18),
+            Duration::from_nanos((4096 << 20) + 2 * (4096 << 18))
+        );
         // rping.pcap frame 1: Local ACK Timeout 0x13 from PLT 18 and a small ACK delay.
         assert_eq!(ack_timeout(0, 18), 19);
         assert_eq!(ack_timeout(15, 18), 19);

@@ -18,7 +18,11 @@ use sim::{Faults, OnRequest, Sim};
 const SID: u64 = service_id(PortSpace::Tcp, 7174);
 
 fn lossy() -> Faults {
-    Faults { loss: 150, dup: 100, jitter: Duration::from_micros(900) }
+    Faults {
+        loss: 150,
+        dup: 100,
+        jitter: Duration::from_micros(900),
+    }
 }
 
 fn connect(s: &mut Sim, from: usize, to: usize) -> CommId {
@@ -52,15 +56,27 @@ fn outcome(events: &[&CmEvent]) -> Outcome {
 /// ConnectRequest event.
 fn passive_id(s: &Sim, passive: usize, active_guid: u64, id: CommId) -> Option<CommId> {
     s.nodes[passive].events.iter().find_map(|(_, e)| match e {
-        CmEvent::ConnectRequest { id: pid, req, .. } if req.local_comm_id == id.0 && req.local_ca_guid == active_guid => Some(*pid),
+        CmEvent::ConnectRequest { id: pid, req, .. }
+            if req.local_comm_id == id.0 && req.local_ca_guid == active_guid =>
+        {
+            Some(*pid)
+        }
         _ => None,
     })
 }
 
 fn assert_all_gone(s: &Sim, seed: u64) {
     for (i, n) in s.nodes.iter().enumerate() {
-        assert!(n.ep.is_empty(), "seed {seed}: node {i} still holds {} connection(s)", n.ep.len());
-        assert_eq!(n.ep.poll_timeout(), None, "seed {seed}: node {i} has a timer left");
+        assert!(
+            n.ep.is_empty(),
+            "seed {seed}: node {i} still holds {} connection(s)",
+            n.ep.len()
+        );
+        assert_eq!(
+            n.ep.poll_timeout(),
+            None,
+            "seed {seed}: node {i} has a timer left"
+        );
     }
 }
 
@@ -86,7 +102,11 @@ fn connect_and_disconnect_under_faults_many_seeds() {
                     // The QP attributes agree across the two sides.
                     let qa = s.nodes[0].ep.qp_attrs(id).unwrap();
                     let qb = s.nodes[1].ep.qp_attrs(pid.unwrap()).unwrap();
-                    assert_eq!((qa.sq_psn, qa.rq_psn), (qb.rq_psn, qb.sq_psn), "seed {seed}");
+                    assert_eq!(
+                        (qa.sq_psn, qa.rq_psn),
+                        (qb.rq_psn, qb.sq_psn),
+                        "seed {seed}"
+                    );
                     assert_eq!(qa.path.dgid, qb.path.sgid);
                 }
                 (Outcome::Failed, Outcome::Failed | Outcome::Pending) => failed += 1,
@@ -110,27 +130,52 @@ fn connect_and_disconnect_under_faults_many_seeds() {
         for &(a, p) in &up {
             for (node, id) in [(0, a), (1, p)] {
                 let ev = s.nodes[node].events_of(id);
-                let disc = ev.iter().filter(|e| matches!(e, CmEvent::Disconnected { .. })).count();
-                let exit = ev.iter().filter(|e| matches!(e, CmEvent::TimewaitExit { .. })).count();
-                assert_eq!((disc, exit), (1, 1), "seed {seed}: node {node} {id:?}: {ev:?}");
+                let disc = ev
+                    .iter()
+                    .filter(|e| matches!(e, CmEvent::Disconnected { .. }))
+                    .count();
+                let exit = ev
+                    .iter()
+                    .filter(|e| matches!(e, CmEvent::TimewaitExit { .. }))
+                    .count();
+                assert_eq!(
+                    (disc, exit),
+                    (1, 1),
+                    "seed {seed}: node {node} {id:?}: {ev:?}"
+                );
             }
         }
         assert_all_gone(&s, seed);
     }
     // With 15% loss nearly every attempt gets through in 16 tries.
-    assert!(established > 550, "established {established}, failed {failed}");
+    assert!(
+        established > 550,
+        "established {established}, failed {failed}"
+    );
 }
 
 #[test]
 fn simultaneous_disconnect_both_sides_end_in_timewait() {
     let mut unexpected_dreps = 0;
     for seed in 0..100u64 {
-        let mut s = Sim::new(seed, Faults { loss: 100, dup: 50, jitter: Duration::from_micros(200) }, 2);
+        let mut s = Sim::new(
+            seed,
+            Faults {
+                loss: 100,
+                dup: 50,
+                jitter: Duration::from_micros(200),
+            },
+            2,
+        );
         s.nodes[1].ep.listen(SID).unwrap();
         let a = connect(&mut s, 0, 1);
         s.run_for(Duration::from_millis(400));
         let p = passive_id(&s, 1, 0x1000, a).unwrap();
-        assert_eq!(outcome(&s.nodes[0].events_of(a)), Outcome::Established, "seed {seed}");
+        assert_eq!(
+            outcome(&s.nodes[0].events_of(a)),
+            Outcome::Established,
+            "seed {seed}"
+        );
         let now = s.now;
         s.nodes[0].ep.disconnect(now, a, b"bye").unwrap();
         s.nodes[1].ep.disconnect(now, p, b"bye").unwrap();
@@ -139,7 +184,10 @@ fn simultaneous_disconnect_both_sides_end_in_timewait() {
         assert!(s.run_for(Duration::from_secs(2)));
         for (node, id) in [(0, a), (1, p)] {
             let ev = s.nodes[node].events_of(id);
-            assert!(matches!(ev[ev.len() - 2], CmEvent::Disconnected { .. }), "seed {seed}: {ev:?}");
+            assert!(
+                matches!(ev[ev.len() - 2], CmEvent::Disconnected { .. }),
+                "seed {seed}: {ev:?}"
+            );
             assert!(matches!(ev[ev.len() - 1], CmEvent::TimewaitExit { .. }));
         }
         unexpected_dreps += s.nodes[0].ep.counters().get(CmCounter::DropUnexpectedDrep)
@@ -162,7 +210,10 @@ fn a_peer_that_never_answers_ends_unreachable_within_the_retries() {
     let (t, ev) = s.nodes[0].events.iter().find(|(_, e)| e.id() == a).unwrap();
     assert_eq!(*ev, CmEvent::Unreachable { id: a });
     // The REQ and 15 resends, each waited for in full.
-    assert_eq!(t.saturating_since(start), each * (u32::from(cfg.max_cm_retries) + 1));
+    assert_eq!(
+        t.saturating_since(start),
+        each * (u32::from(cfg.max_cm_retries) + 1)
+    );
     let c = s.nodes[0].ep.counters();
     assert_eq!(c.get(CmCounter::Retransmits), 15);
     assert_eq!(c.get(CmCounter::Timeouts), 1);
@@ -182,7 +233,10 @@ fn a_peer_that_dies_after_the_req_leaves_the_passive_side_unreachable() {
         let p = passive_id(&s, 1, 0x1000, a).unwrap();
         s.nodes[0].cut = true;
         let now = s.now;
-        s.nodes[1].ep.accept(now, p, rxe_cm::AcceptParams::new(0x99, 5)).unwrap();
+        s.nodes[1]
+            .ep
+            .accept(now, p, rxe_cm::AcceptParams::new(0x99, 5))
+            .unwrap();
         assert!(s.run_for(Duration::from_secs(5)));
         let ev = s.nodes[1].events_of(p);
         assert!(matches!(ev[1], CmEvent::Unreachable { .. }), "{ev:?}");
@@ -205,7 +259,11 @@ fn a_peer_that_dies_while_connected_disconnects_on_the_dreq_timeout() {
     s.run_for(Duration::from_secs(5));
     let cfg = s.nodes[0].ep.config().clone();
     let each = response_timeout(cfg.cm_response_timeout, cfg.packet_life_time);
-    let (t, _) = s.nodes[0].events.iter().find(|(_, e)| matches!(e, CmEvent::Disconnected { id } if *id == a)).unwrap();
+    let (t, _) = s.nodes[0]
+        .events
+        .iter()
+        .find(|(_, e)| matches!(e, CmEvent::Disconnected { id } if *id == a))
+        .unwrap();
     assert_eq!(t.saturating_since(start), each * 16);
     assert!(s.nodes[0].ep.is_empty());
 }
@@ -220,7 +278,10 @@ fn rejections_reach_the_active_side_under_faults() {
         let to1 = connect(&mut s, 0, 1);
         let to2 = connect(&mut s, 0, 2);
         s.run_for(Duration::from_millis(400));
-        for (id, want) in [(to1, RejectReason::ConsumerDefined), (to2, RejectReason::InvalidServiceId)] {
+        for (id, want) in [
+            (to1, RejectReason::ConsumerDefined),
+            (to2, RejectReason::InvalidServiceId),
+        ] {
             let ev = s.nodes[0].events_of(id);
             match ev.first() {
                 Some(CmEvent::Rejected { reason, rej, .. }) => {
@@ -243,8 +304,19 @@ fn rejections_reach_the_active_side_under_faults() {
 #[test]
 fn an_mra_buys_the_passive_side_time() {
     for seed in 0..30u64 {
-        let mut s = Sim::new(seed, Faults { loss: 50, dup: 50, jitter: Duration::from_micros(300) }, 2);
-        s.nodes[0].ep = rxe_cm::CmEndpoint::new(rxe_cm::CmConfig { max_cm_retries: 2, ..sim::sim_config(0x1000, 0x100) });
+        let mut s = Sim::new(
+            seed,
+            Faults {
+                loss: 50,
+                dup: 50,
+                jitter: Duration::from_micros(300),
+            },
+            2,
+        );
+        s.nodes[0].ep = rxe_cm::CmEndpoint::new(rxe_cm::CmConfig {
+            max_cm_retries: 2,
+            ..sim::sim_config(0x1000, 0x100)
+        });
         s.nodes[1].ep.listen(SID).unwrap();
         // Three tries of 6.2 ms are 18.6 ms; the application takes 40 ms,
         // within the MRA's 67 ms service timeout.
@@ -262,7 +334,10 @@ fn an_mra_buys_the_passive_side_time() {
     }
     // Without the MRA the same wait fails.
     let mut s = Sim::new(0, Faults::default(), 2);
-    s.nodes[0].ep = rxe_cm::CmEndpoint::new(rxe_cm::CmConfig { max_cm_retries: 2, ..sim::sim_config(0x1000, 0x100) });
+    s.nodes[0].ep = rxe_cm::CmEndpoint::new(rxe_cm::CmConfig {
+        max_cm_retries: 2,
+        ..sim::sim_config(0x1000, 0x100)
+    });
     s.nodes[1].ep.listen(SID).unwrap();
     s.nodes[1].on_request = OnRequest::Ignore;
     let a = connect(&mut s, 0, 1);
@@ -291,7 +366,11 @@ fn several_endpoints_connect_to_each_other() {
             let a = outcome(&s.nodes[from].events_of(id));
             let b = pid.map_or(Outcome::Pending, |p| outcome(&s.nodes[to].events_of(p)));
             assert!(
-                matches!((a, b), (Outcome::Established, Outcome::Established) | (Outcome::Failed, Outcome::Failed | Outcome::Pending)),
+                matches!(
+                    (a, b),
+                    (Outcome::Established, Outcome::Established)
+                        | (Outcome::Failed, Outcome::Failed | Outcome::Pending)
+                ),
                 "seed {seed}: {from}->{to}: {a:?} {b:?}"
             );
             if a == Outcome::Established {
@@ -312,8 +391,18 @@ fn sidr_resolves_a_ud_service_under_faults() {
         let mut s = Sim::new(seed, lossy(), 3);
         s.nodes[1].ep.listen(usid).unwrap();
         let now = s.now;
-        let to1 = SidrParams { to: s.nodes[1].addr(), service_id: usid, pkey: 0xffff, private_data: vec![1, 2, 3] };
-        let to2 = SidrParams { to: s.nodes[2].addr(), service_id: usid, pkey: 0xffff, private_data: vec![] };
+        let to1 = SidrParams {
+            to: s.nodes[1].addr(),
+            service_id: usid,
+            pkey: 0xffff,
+            private_data: vec![1, 2, 3],
+        };
+        let to2 = SidrParams {
+            to: s.nodes[2].addr(),
+            service_id: usid,
+            pkey: 0xffff,
+            private_data: vec![],
+        };
         let a = s.nodes[0].ep.sidr_request(now, to1).unwrap();
         let b = s.nodes[0].ep.sidr_request(now, to2).unwrap();
         assert!(s.run_for(Duration::from_secs(2)));
@@ -330,10 +419,16 @@ fn sidr_resolves_a_ud_service_under_faults() {
             ref other => panic!("seed {seed}: {other:?}"),
         }
         // The passive side's application saw the request exactly once.
-        let reqs = s.nodes[1].events.iter().filter(|(_, e)| matches!(e, CmEvent::SidrRequest { .. })).count();
+        let reqs = s.nodes[1]
+            .events
+            .iter()
+            .filter(|(_, e)| matches!(e, CmEvent::SidrRequest { .. }))
+            .count();
         assert!(reqs <= 1);
         match s.nodes[0].events_of(b)[..] {
-            [CmEvent::SidrResponse { rep, .. }] => assert_eq!(rep.status, SidrStatus::ServiceIdNotSupported),
+            [CmEvent::SidrResponse { rep, .. }] => {
+                assert_eq!(rep.status, SidrStatus::ServiceIdNotSupported)
+            }
             [CmEvent::Unreachable { .. }] => {}
             ref other => panic!("seed {seed}: {other:?}"),
         }
@@ -341,4 +436,3 @@ fn sidr_resolves_a_ud_service_under_faults() {
     }
     assert!(answered > 75, "{answered}");
 }
-

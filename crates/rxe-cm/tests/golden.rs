@@ -286,3 +286,137 @@ fn any_changed_field_byte_changes_the_decoding() {
         }
     }
 }
+
+fn gsi(a: [u8; 4]) -> rxe_cm::MadAddr {
+    rxe_cm::MadAddr::gsi(v4_gid(a))
+}
+
+/// Our passive side, given the kernel's REQ, answers with the kernel's own
+/// REP byte for byte (same GUID, communication ID and QP values), then takes
+/// the kernel's RTU and DREQ and answers with the kernel's DREP.
+#[test]
+fn the_passive_side_answers_the_kernels_req_with_the_kernels_rep() {
+    use rxe_cm::{AcceptParams, CmConfig, CmEndpoint, CmEvent, CommId};
+    use rxe_core::transport::Instant;
+
+    let mads = rping_mads();
+    let cfg = CmConfig {
+        first_comm_id: PASSIVE_ID,
+        ..CmConfig::new(0x5054_00ff_fe99_0002)
+    };
+    let mut b = CmEndpoint::new(cfg);
+    b.listen(0x0106_1c06).unwrap();
+    let now = Instant::from_nanos(1);
+    let peer = gsi([10, 99, 0, 3]);
+    b.handle(now, peer, &mads[0].mad);
+    let Some(CmEvent::ConnectRequest { id, from, .. }) = b.poll_event() else {
+        panic!()
+    };
+    assert_eq!((id, from), (CommId(PASSIVE_ID), peer));
+    b.accept(now, id, AcceptParams::new(0x28, 0x0266e4))
+        .unwrap();
+    let (to, rep) = b.poll_transmit().unwrap();
+    assert_eq!(to, peer);
+    assert_eq!(
+        rep.as_slice(),
+        mads[1].mad.as_slice(),
+        "our REP differs from the kernel's"
+    );
+
+    b.handle(now, peer, &mads[2].mad);
+    assert_eq!(b.poll_event(), Some(CmEvent::Established { id }));
+    b.handle(now, peer, &mads[3].mad);
+    let (_, drep) = b.poll_transmit().unwrap();
+    assert_eq!(
+        drep.as_slice(),
+        mads[4].mad.as_slice(),
+        "our DREP differs from the kernel's"
+    );
+    assert_eq!(b.poll_event(), Some(CmEvent::Disconnected { id }));
+
+    // The passive QP's attributes, as rdma_init_qp_attr gives them.
+    let q = b.qp_attrs(id).unwrap();
+    assert_eq!((q.dest_qpn, q.rq_psn, q.sq_psn), (0x24, 0xec53de, 0x0266e4));
+    assert_eq!(
+        (q.path_mtu, q.timeout, q.retry_cnt, q.rnr_retry),
+        (3, 0x13, 7, 7)
+    );
+    assert_eq!(
+        (q.max_rd_atomic, q.max_dest_rd_atomic, q.min_rnr_timer),
+        (1, 1, 0)
+    );
+    assert_eq!(
+        (q.path.dgid, q.path.sgid),
+        (v4_gid([10, 99, 0, 3]), v4_gid([10, 99, 0, 2]))
+    );
+    assert_eq!((q.path.flow_label, q.path.hop_limit), (0x26d42, 0x40));
+}
+
+/// Our active side builds the kernel's REQ (all but the TransactionID,
+/// whose low half the kernel writes as its communication ID byte-swapped),
+/// and takes the kernel's REP.
+#[test]
+fn the_active_side_sends_the_kernels_req() {
+    use rxe_cm::ip_cm::IpCmHeader;
+    use rxe_cm::{CmConfig, CmEndpoint, CmEvent, CommId, ConnectParams};
+    use rxe_core::transport::Instant;
+
+    let mads = rping_mads();
+    let cfg = CmConfig {
+        first_comm_id: ACTIVE_ID,
+        tid_high: 2,
+        ..CmConfig::new(0x5054_00ff_fe99_0003)
+    };
+    let mut a = CmEndpoint::new(cfg);
+    let mut p = ConnectParams::rc(
+        0x0106_1c06,
+        0x24,
+        0xec53de,
+        v4_gid([10, 99, 0, 3]),
+        v4_gid([10, 99, 0, 2]),
+    );
+    p.path.flow_label = 0x26d42;
+    let ip = IpCmHeader {
+        src_port: 0x9744,
+        src: Ipv4Addr::new(10, 99, 0, 3).into(),
+        dst: Ipv4Addr::new(10, 99, 0, 2).into(),
+    };
+    p.private_data = ip.with_user_data(&[], 92).unwrap();
+    let now = Instant::from_nanos(1);
+    let id = a.connect(now, p).unwrap();
+    assert_eq!(id, CommId(ACTIVE_ID));
+    let (to, req) = a.poll_transmit().unwrap();
+    assert_eq!(to, gsi([10, 99, 0, 2]));
+    let kernel = &mads[0].mad;
+    assert_eq!(&req[..8], &kernel[..8], "header before the TransactionID");
+    assert_eq!(
+        &req[16..],
+        &kernel[16..],
+        "our REQ differs from the kernel's"
+    );
+    assert_eq!(
+        CmMad::parse(&req).unwrap().header.transaction_id,
+        0x0000_0002_12f2_77cf
+    );
+
+    a.handle(now, gsi([10, 99, 0, 2]), &mads[1].mad);
+    assert!(matches!(
+        a.poll_event(),
+        Some(CmEvent::ConnectResponse { .. })
+    ));
+    a.send_rtu(id, &[]).unwrap();
+    let (_, rtu) = a.poll_transmit().unwrap();
+    assert_eq!(
+        &rtu[16..],
+        &mads[2].mad[16..],
+        "our RTU differs from the kernel's"
+    );
+    let q = a.qp_attrs(id).unwrap();
+    assert_eq!((q.dest_qpn, q.rq_psn, q.sq_psn), (0x28, 0x0266e4, 0xec53de));
+    // Target ACK Delay 15 and packet lifetime 18 give the kernel's 0x13.
+    assert_eq!(
+        (q.path_mtu, q.timeout, q.retry_cnt, q.rnr_retry),
+        (3, 0x13, 7, 7)
+    );
+    assert_eq!((q.max_rd_atomic, q.max_dest_rd_atomic), (1, 1));
+}

@@ -10,7 +10,7 @@ use std::collections::{BTreeSet, BinaryHeap};
 
 use core::time::Duration;
 
-use rxe_cm::mad::{MAD_LEN, RejectReason, SidrStatus};
+use rxe_cm::mad::{RejectReason, SidrStatus, MAD_LEN};
 use rxe_cm::{AcceptParams, CmConfig, CmEndpoint, CmEvent, CommId, MadAddr, SidrReply};
 use rxe_core::transport::Instant;
 
@@ -21,7 +21,7 @@ pub struct Rng(u64);
 
 impl Rng {
     pub fn new(seed: u64) -> Rng {
-        Rng(seed ^ 0x5eed_0f_c0ffee)
+        Rng(seed ^ 0x5eed_0fc0_ffee)
     }
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -82,13 +82,16 @@ impl Node {
         MadAddr::gsi(self.gid)
     }
     pub fn events_of(&self, id: CommId) -> Vec<&CmEvent> {
-        self.events.iter().filter(|(_, e)| e.id() == id).map(|(_, e)| e).collect()
+        self.events
+            .iter()
+            .filter(|(_, e)| e.id() == id)
+            .map(|(_, e)| e)
+            .collect()
     }
 }
 
-enum Action {
-    Accept(usize, CommId),
-}
+/// A MAD on the wire: (arrival, sequence, destination node, source, bytes).
+type InFlight = (Instant, u64, usize, MadAddr, Box<[u8; MAD_LEN]>);
 
 pub struct Sim {
     pub now: Instant,
@@ -96,8 +99,7 @@ pub struct Sim {
     pub faults: Faults,
     pub base_delay: Duration,
     pub nodes: Vec<Node>,
-    /// (arrival, sequence, destination node, source, bytes).
-    in_flight: BinaryHeap<Reverse<(Instant, u64, usize, MadAddr, Box<[u8; MAD_LEN]>)>>,
+    in_flight: BinaryHeap<Reverse<InFlight>>,
     actions: BTreeSet<(Instant, u64, usize, u32)>,
     seq: u64,
     pub delivered: u64,
@@ -166,16 +168,25 @@ impl Sim {
                     continue;
                 };
                 let from = self.nodes[i].addr();
-                let copies = if self.rng.chance(self.faults.dup) { 2 } else { 1 };
+                let copies = if self.rng.chance(self.faults.dup) {
+                    2
+                } else {
+                    1
+                };
                 for _ in 0..copies {
                     if self.rng.chance(self.faults.loss) {
                         self.lost += 1;
                         continue;
                     }
-                    let jitter = self.rng.below(u64::try_from(self.faults.jitter.as_nanos()).unwrap_or(0) + 1);
-                    let at = self.now.saturating_add(self.base_delay + Duration::from_nanos(jitter));
+                    let jitter = self
+                        .rng
+                        .below(u64::try_from(self.faults.jitter.as_nanos()).unwrap_or(0) + 1);
+                    let at = self
+                        .now
+                        .saturating_add(self.base_delay + Duration::from_nanos(jitter));
                     self.seq += 1;
-                    self.in_flight.push(Reverse((at, self.seq, dst, from, Box::new(mad))));
+                    self.in_flight
+                        .push(Reverse((at, self.seq, dst, from, Box::new(mad))));
                 }
             }
         }
@@ -190,12 +201,16 @@ impl Sim {
                     CmEvent::ConnectRequest { id, .. } => match self.nodes[i].on_request {
                         OnRequest::Accept => self.accept(i, *id).unwrap(),
                         OnRequest::Reject => {
-                            self.nodes[i].ep.reject(now, *id, RejectReason::ConsumerDefined, b"no thanks").unwrap();
+                            self.nodes[i]
+                                .ep
+                                .reject(now, *id, RejectReason::ConsumerDefined, b"no thanks")
+                                .unwrap();
                         }
                         OnRequest::MraThenAccept(d) => {
                             self.nodes[i].ep.send_mra(*id, &[]).unwrap();
                             self.seq += 1;
-                            self.actions.insert((now.saturating_add(d), self.seq, i, id.0));
+                            self.actions
+                                .insert((now.saturating_add(d), self.seq, i, id.0));
                         }
                         OnRequest::Ignore => {}
                     },
@@ -204,7 +219,12 @@ impl Sim {
                     }
                     CmEvent::SidrRequest { id, .. } => {
                         let qpn = self.nodes[i].next_qpn;
-                        let r = SidrReply { status: SidrStatus::Success, qpn, qkey: 0x1111_1111, private_data: vec![7] };
+                        let r = SidrReply {
+                            status: SidrStatus::Success,
+                            qpn,
+                            qkey: 0x1111_1111,
+                            private_data: vec![7],
+                        };
                         self.nodes[i].ep.sidr_reply(now, *id, r).unwrap();
                     }
                     _ => {}
@@ -219,7 +239,9 @@ impl Sim {
         self.nodes[i].next_qpn += 1;
         let psn = (self.rng.next_u64() & 0xff_ffff) as u32;
         let now = self.now;
-        self.nodes[i].ep.accept(now, id, AcceptParams::new(qpn, psn))
+        self.nodes[i]
+            .ep
+            .accept(now, id, AcceptParams::new(qpn, psn))
     }
 
     /// Runs until nothing is in flight and no timer or action is left, or
@@ -232,7 +254,11 @@ impl Sim {
             let next_msg = self.in_flight.peek().map(|Reverse(x)| x.0);
             let next_timer = self.nodes.iter().filter_map(|n| n.ep.poll_timeout()).min();
             let next_action = self.actions.first().map(|a| a.0);
-            let Some(next) = [next_msg, next_timer, next_action].into_iter().flatten().min() else {
+            let Some(next) = [next_msg, next_timer, next_action]
+                .into_iter()
+                .flatten()
+                .min()
+            else {
                 return true;
             };
             if next > end {
