@@ -471,3 +471,108 @@ fn asymmetric_rdma_resources_cross_over() {
     assert_eq!((qa.rnr_retry, qb.rnr_retry), (6, 3));
     assert_eq!((qa.retry_cnt, qb.retry_cnt), (5, 5));
 }
+
+mod arbitrary {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// One of the connection's real MADs with its fields scrambled: the
+    /// communication IDs drawn from the live ones, 0 and random values, the
+    /// rest of the message random.
+    fn scrambled(kinds: Vec<[u8; MAD_LEN]>) -> impl Strategy<Value = Vec<u8>> {
+        (
+            0..kinds.len(),
+            proptest::collection::vec(any::<u8>(), 232),
+            0u8..4,
+            0u8..4,
+            any::<u32>(),
+            any::<bool>(),
+        )
+            .prop_map(move |(k, rest, pick_l, pick_r, r, keep_rest)| {
+                let mut m = kinds[k].to_vec();
+                if !keep_rest {
+                    m[24..].copy_from_slice(&rest);
+                }
+                let id = |p: u8| match p {
+                    0 => 0u32,
+                    1 => 0x1000,
+                    2 => 0x2000,
+                    _ => r,
+                };
+                m[24..28].copy_from_slice(&id(pick_l).to_be_bytes());
+                m[28..32].copy_from_slice(&id(pick_r).to_be_bytes());
+                m
+            })
+    }
+
+    fn kinds() -> Vec<[u8; MAD_LEN]> {
+        let mut p = Pair::new();
+        let (a, _, req, rep, rtu) = p.establish();
+        p.a.disconnect(p.now, a, &[]).unwrap();
+        let (_, dreq) = Pair::one(&mut p.a);
+        let attrs = [0x11u16, 0x12, 0x16, 0x17, 0x18];
+        let mut v = vec![req, rep, rtu, dreq];
+        for at in attrs {
+            let mut m = rtu;
+            m[16..18].copy_from_slice(&at.to_be_bytes());
+            v.push(m);
+        }
+        v
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        /// Whatever arrives, in whatever order, the endpoints neither panic
+        /// nor leave a connection behind once their timers have run out.
+        #[test]
+        fn arbitrary_mads_never_panic_and_nothing_is_left(
+            mads in proptest::collection::vec((scrambled(kinds()), any::<bool>(), 0u64..20_000_000), 1..40)
+        ) {
+            let mut p = Pair::new();
+            p.establish();
+            // The REP reached A, the REQ and RTU B.
+            let mut fed = (1u64, 2u64);
+            for (m, to_a, dt) in &mads {
+                p.now = p.now.saturating_add(Duration::from_nanos(*dt));
+                if *to_a {
+                    p.a.handle(p.now, addr_b(), m);
+                    fed.0 += 1;
+                } else {
+                    p.b.handle(p.now, addr_a(), m);
+                    fed.1 += 1;
+                }
+                p.a.handle_timeout(p.now);
+                p.b.handle_timeout(p.now);
+                while p.a.poll_event().is_some() || p.b.poll_event().is_some() {}
+                // What they send is dropped: the test is the network.
+                Pair::sent(&mut p.a);
+                Pair::sent(&mut p.b);
+            }
+            prop_assert_eq!(p.a.counters().get(CmCounter::RcvdMads), fed.0);
+            prop_assert_eq!(p.b.counters().get(CmCounter::RcvdMads), fed.1);
+            // Disconnect what is up and refuse what waits on its consumer
+            // (no timer runs there), then run the clocks out.
+            for (ep, ids) in [(&mut p.a, 0x1000..0x1010u32), (&mut p.b, 0x2000..0x2010u32)] {
+                for id in ids {
+                    let _ = ep.disconnect(p.now, CommId(id), &[]);
+                    let _ = ep.reject(p.now, CommId(id), RejectReason::ConsumerDefined, &[]);
+                }
+            }
+            for _ in 0..200 {
+                let next = [p.a.poll_timeout(), p.b.poll_timeout()].into_iter().flatten().min();
+                let Some(t) = next else { break };
+                p.now = t;
+                p.a.handle_timeout(t);
+                p.b.handle_timeout(t);
+                Pair::sent(&mut p.a);
+                Pair::sent(&mut p.b);
+                while p.a.poll_event().is_some() || p.b.poll_event().is_some() {}
+            }
+            prop_assert_eq!(p.a.poll_timeout(), None);
+            prop_assert_eq!(p.b.poll_timeout(), None);
+            prop_assert!(p.a.is_empty(), "A holds {}", p.a.len());
+            prop_assert!(p.b.is_empty(), "B holds {}", p.b.len());
+        }
+    }
+}
