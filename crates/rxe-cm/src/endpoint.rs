@@ -36,7 +36,8 @@
 //! - **Giving up.** A REQ or REP out of retries sends a REJ with reason
 //!   Timeout, its ARI our CA GUID, so that the peer can find the
 //!   connection by (CA GUID, communication ID) even without our ID (IBTA
-//!   12.6.7.2; Linux looks the REJ up this way); the consumer gets
+//!   12.6.7.2, not checked against the text; Linux looks the REJ up this
+//!   way); the consumer gets
 //!   `Unreachable`. A DREQ out of retries ends in TimeWait with
 //!   `Disconnected` (Linux reports DREQ_ERROR as a disconnect).
 //! - **Duplicates.** A REQ is known by (remote CA GUID, remote
@@ -491,9 +492,10 @@ impl CmEndpoint {
         Ok(())
     }
 
-    /// Passive side: the QP received a packet before the RTU (the peer is
-    /// up), so the connection is established (IBTA 12.9.? COMM_EST, not
-    /// checked against the text).
+    /// Passive side: the QP received a packet before the RTU arrived, so
+    /// the active side is up and the connection is established (the
+    /// communication-established event of the verbs; not checked against
+    /// the text).
     pub fn establish(&mut self, id: CommId) -> Result<(), CmError> {
         let c = self.conn(id)?;
         if !matches!(c.state, CmState::RepSent | CmState::MraRepRcvd) {

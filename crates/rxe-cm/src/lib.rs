@@ -30,5 +30,6 @@ pub use qp_attrs::{ConnQpType, PathAttrs, QpAttrs};
 /// The QPN of the general services interface, where CM MADs go (IBTA 3.5.1,
 /// not checked against the text).
 pub const GSI_QPN: u32 = 1;
-/// The Q_Key of QP1 (IBTA 13.5.?, not checked against the text; rping.pcap's MADs carry it).
+/// The well-known Q_Key of QP1 (not checked against the text; every MAD of
+/// rping.pcap carries it).
 pub const GSI_QKEY: u32 = 0x8001_0000;

@@ -4,7 +4,8 @@ use super::header::method_name;
 use super::rej::RejectReason;
 use super::{attribute_name, sidr::SidrStatus};
 
-/// The IBTA MTU codes (IBTA 9.? / 7.7, not checked against the text).
+/// The IBTA's MTU codes, as the REQ's Path MTU carries them (the same
+/// codes as PortInfo and path records; not checked against the text).
 pub(crate) fn mtu_bytes(code: u8) -> Option<u32> {
     Some(match code {
         1 => 256,
