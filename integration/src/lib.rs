@@ -1,5 +1,6 @@
 //! Cross-crate tests of rxe live in `tests/`; this library holds what they
 //! share.
 
+pub mod hostile;
 pub mod peer;
 pub mod verbs_harness;
