@@ -234,8 +234,13 @@ impl Lab {
         code: NakCode,
         legit: impl FnOnce(&mut Lab),
     ) {
+        let before = self.counters();
         self.peer.send(p, Icrc::Seal);
         assert_eq!(self.next_ack(), (psn, Syndrome::Nak(code)));
+        // No counter counts the NAKs a responder sends for class B/C
+        // errors (kernel rxe has none either): the NAK is the evidence, and
+        // no drop or event counter may move with it.
+        self.assert_moved(&before, &[]);
         legit(self);
         self.assert_err();
         self.check_mem();
@@ -264,6 +269,7 @@ impl Lab {
 /// (MTU 1024) but with a 4.3 s retransmit timer (timeout 20), so that the
 /// victim's own resends never show up inside a case's silence window.
 fn connect_to_peer(qp: &Qp, dgid: [u8; 16], pkey_index: u16) {
+    let rc = qp.qp_type() == QpType::Rc;
     qp.modify(&QpAttr {
         qp_state: Some(QpState::Init),
         pkey_index: Some(pkey_index),
@@ -283,18 +289,18 @@ fn connect_to_peer(qp: &Qp, dgid: [u8; 16], pkey_index: u16) {
         path_mtu: Some(PathMtu::Mtu1024),
         dest_qpn: Some(PEER_QPN),
         rq_psn: Some(Psn::new(RQ_PSN)),
-        max_dest_rd_atomic: Some(4),
-        min_rnr_timer: Some(12),
+        max_dest_rd_atomic: rc.then_some(4),
+        min_rnr_timer: rc.then_some(12),
         ..Default::default()
     })
     .expect("INIT->RTR");
     qp.modify(&QpAttr {
         qp_state: Some(QpState::Rts),
         sq_psn: Some(Psn::new(SQ_PSN)),
-        timeout: Some(20),
-        retry_cnt: Some(7),
-        rnr_retry: Some(7),
-        max_rd_atomic: Some(4),
+        timeout: rc.then_some(20),
+        retry_cnt: rc.then_some(7),
+        rnr_retry: rc.then_some(7),
+        max_rd_atomic: rc.then_some(4),
         ..Default::default()
     })
     .expect("RTR->RTS");
@@ -469,9 +475,10 @@ fn duplicate_and_far_behind_psn() {
     assert_eq!(l.v.wait(1)[0].wr_id, wr);
 }
 
-/// Opcodes the IBTA reserves (RC 0x18..0x1b) are dropped; so are opcodes
-/// of transports the QP is not (RD 0x40.., XRC 0xa0..) and CNPs to a QP.
-/// Opcodes defined but not supported by rxe (RESYNC, FLUSH, ATOMIC WRITE)
+/// Opcodes the IBTA reserves for RC (0x15, which only RD defines as
+/// RESYNC; 0x18..0x1b; 0x1e, 0x1f) are dropped (IBTA 9.2.1 Table 38); so
+/// are opcodes of transports the QP is not (RD 0x40.., XRC 0xa0..) and CNPs
+/// to a QP. Opcodes defined but not supported by rxe (FLUSH, ATOMIC WRITE)
 /// are answered with NAK Invalid Request and the QP goes to ERR (IBTA
 /// 9.7.5.2.x class B: the responder does not support the operation;
 /// kernel rxe answers FLUSH and ATOMIC WRITE when built with them).
@@ -479,7 +486,7 @@ fn duplicate_and_far_behind_psn() {
 fn reserved_and_foreign_opcodes_are_dropped() {
     let mut l = Lab::new(7);
     l.post_recv();
-    for op in [0x18u8, 0x1b, 0x1e, 0x1f] {
+    for op in [0x15u8, 0x18, 0x1b, 0x1e, 0x1f] {
         let p = Packet::send_only(l.qpn(), RQ_PSN, b"xxxx").opcode(op);
         l.silent_drop(p, Icrc::Seal, name(Counter::DropUnknownOpcode));
     }
@@ -493,6 +500,15 @@ fn reserved_and_foreign_opcodes_are_dropped() {
     let p = Packet::send_only(l.qpn(), RQ_PSN, &[0; 16]).opcode(0x81);
     l.silent_drop(p, Icrc::Seal, name(Counter::DropWrongTransport));
     l.good_send();
+}
+
+/// ATOMIC WRITE (0x1d: RETH and 8 bytes of payload): not supported by rxe.
+#[test]
+fn unsupported_opcode_atomic_write_is_invalid_request() {
+    let mut l = Lab::new(21);
+    let (qpn, va, rkey) = (l.qpn(), l.v.mr.addr(), l.v.mr.rkey());
+    let p = Packet::write_only(qpn, RQ_PSN, va, rkey, &[9; 8]).opcode(0x1d);
+    l.fatal_nak(p, RQ_PSN, NakCode::InvalidRequest);
 }
 
 #[test]
@@ -757,6 +773,138 @@ fn ud_qkey_mismatch() {
     let mut got = [0u8; 5];
     l.v.mr.read(40, &mut got).unwrap();
     assert_eq!(&got, b"hello");
+}
+
+/// IBTA 9.7.5.2.x (RNR): a SEND with no receive posted is answered RNR NAK
+/// with the QP's min_rnr_timer and the PSN of the SEND, which stays
+/// expected. Packets ahead of it meanwhile get no answer: kernel rxe answers
+/// them with a sequence-error NAK, which sends a requester back before its
+/// RNR wait is over; one NAK per condition is what IBTA 9.7.5.1.1 asks.
+#[test]
+fn rnr_nak_then_silence_then_resend_accepted() {
+    let mut l = Lab::new(22);
+    let before = l.counters();
+    l.peer
+        .send(Packet::send_only(l.qpn(), RQ_PSN, b"no recv"), Icrc::Seal);
+    assert_eq!(l.next_ack(), (RQ_PSN, Syndrome::RnrNak { timer: 12 }));
+    l.assert_moved(&before, &[(name(Counter::SendRnrErr), 1)]);
+    let before = l.counters();
+    l.peer
+        .send(Packet::send_only(l.qpn(), RQ_PSN + 1, b"ahead"), Icrc::Seal);
+    let c = name(Counter::OutOfSeqRequest);
+    l.wait_counter(c, before[c] + 1);
+    l.peer.assert_silent(QUIET);
+    l.check_mem();
+    // The resend after the wait, now with a receive: accepted.
+    l.good_send();
+}
+
+/// UC (IBTA 9.8.3): no answers ever. A duplicate of a delivered SEND ONLY
+/// is dropped as stale, not delivered twice (kernel rxe treats a PSN behind
+/// as loss and delivers it again; delivering a message at most once is the
+/// IBTA-correct reading); a message with a missing packet is dropped whole.
+#[test]
+fn uc_duplicate_and_gap() {
+    let mut l = Lab::new(23);
+    let uc = l.v.qp(QpType::Uc);
+    connect_to_peer(&uc, l.peer.gid(), 0);
+    let post = |wr_id| {
+        uc.post_recv(RecvWr {
+            wr_id,
+            sg_list: vec![l.v.mr.sge(0, 2048)],
+        })
+        .unwrap()
+    };
+    post(1);
+    post(2);
+    l.peer.send(
+        Packet::send(Opcode::UC_SEND_ONLY, uc.qp_num(), RQ_PSN, b"once"),
+        Icrc::Seal,
+    );
+    assert_eq!(l.v.wait(1)[0].wr_id, 1);
+    l.expect[..4].copy_from_slice(b"once");
+    let before = l.counters();
+    l.peer.send(
+        Packet::send(Opcode::UC_SEND_ONLY, uc.qp_num(), RQ_PSN, b"twice"),
+        Icrc::Seal,
+    );
+    let c = name(Counter::DuplicateRequest);
+    l.wait_counter(c, before[c] + 1);
+    l.assert_moved(&before, &[(c, 1)]);
+    assert_quiet(&l.v.cq, QUIET);
+    l.check_mem();
+    // FIRST, then LAST two PSNs later: the MIDDLE is missing.
+    let first = Packet::send(Opcode::UC_SEND_FIRST, uc.qp_num(), RQ_PSN + 1, &[3; 1024]);
+    l.peer.send(first, Icrc::Seal);
+    let before = l.counters();
+    let last = Packet::send(Opcode::UC_SEND_LAST, uc.qp_num(), RQ_PSN + 3, &[4; 10]);
+    l.peer.send(last, Icrc::Seal);
+    let c = name(Counter::DropUcIncomplete);
+    l.wait_counter(c, before[c] + 1);
+    assert_quiet(&l.v.cq, QUIET);
+    // The FIRST landed in receive 2 before the gap showed (as DMA would);
+    // only that receive's bytes may differ.
+    let got = l.v.mr.to_vec().unwrap();
+    l.expect[..2048].copy_from_slice(&got[..2048]);
+    l.check_mem();
+    // The next whole message is delivered, into the same receive.
+    l.peer.send(
+        Packet::send(Opcode::UC_SEND_ONLY, uc.qp_num(), RQ_PSN + 4, b"after"),
+        Icrc::Seal,
+    );
+    let wc = l.v.wait(1);
+    assert_eq!(
+        (wc[0].wr_id, wc[0].status, wc[0].byte_len),
+        (2, WcStatus::Success, 5)
+    );
+    l.peer.assert_silent(QUIET);
+}
+
+/// A response of the wrong kind for what is outstanding (an ATOMIC
+/// Acknowledge or an ACK while a READ waits for its data) is dropped; the
+/// real READ response then completes the READ, its data where the SGE says.
+#[test]
+fn ghost_response_of_the_wrong_kind() {
+    let mut l = Lab::new(24);
+    let qpn = l.qpn();
+    l.qp.post_send(SendWr {
+        wr_id: 7,
+        op: SendOp::RdmaRead {
+            remote_addr: 0x1000,
+            rkey: 0x4242,
+        },
+        data: SendData::Sges(vec![l.v.mr.sge(8192, 64)]),
+        signaled: true,
+        fence: false,
+        solicited: false,
+        ud: None,
+    })
+    .unwrap();
+    let req = l.peer.next_answer(WAIT).expect("the victim's READ");
+    assert_eq!(
+        (req.opcode, req.psn),
+        (Some(Opcode::RC_RDMA_READ_REQUEST), SQ_PSN)
+    );
+    let ack = AethRepr {
+        syndrome: Syndrome::ACK_CREDITS_INVALID,
+        msn: 1,
+    };
+    let unexpected = name(Counter::DropUnexpectedResponse);
+    l.silent_drop(
+        Packet::atomic_ack(qpn, SQ_PSN, ack, 0x1234),
+        Icrc::Seal,
+        unexpected,
+    );
+    assert_quiet(&l.v.cq, QUIET);
+    let data = pattern(64, 0x99);
+    l.peer.send(
+        Packet::read_response_only(qpn, SQ_PSN, ack, &data),
+        Icrc::Seal,
+    );
+    let wc = l.v.wait(1);
+    assert_eq!((wc[0].wr_id, wc[0].status), (7, WcStatus::Success));
+    l.expect[8192..8256].copy_from_slice(&data);
+    l.check_mem();
 }
 
 // ---- remote access -------------------------------------------------------
