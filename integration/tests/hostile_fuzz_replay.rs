@@ -8,6 +8,8 @@
 //! With `RXE_FUZZ_SEED_DIR=dir` the seeds are also written there (the
 //! fuzzer's starting corpus, see docs/security.md).
 
+#![forbid(unsafe_code)]
+
 use std::path::{Path, PathBuf};
 
 use rxe_core::wire::frame;

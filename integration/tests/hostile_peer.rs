@@ -12,6 +12,8 @@
 //! IBTA section numbers are from Volume 1; the rules as the transport
 //! implements them are documented in `crates/rxe-core/src/transport`.
 
+#![forbid(unsafe_code)]
+
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
@@ -567,8 +569,10 @@ fn tver_not_zero_is_dropped() {
     l.good_send();
 }
 
-/// The connected path (IBTA 9.6.1.5, RC/UC: the packet's source must be the
-/// QP's destination): a packet from another address, ICRC sealed for that
+/// The connected path (RC/UC: the packet's source IP must be the QP's
+/// destination GID and its destination IP the QP's source GID; IBTA 9.6.1
+/// header validation, section not checked against the text; kernel rxe
+/// checks the same): a packet from another address, ICRC sealed for that
 /// address, even with the right QPN, P_Key and PSN, is dropped silently.
 #[test]
 #[ignore = "needs the source-address check"]
@@ -676,7 +680,8 @@ fn oversize_send() {
     l.assert_err();
 }
 
-/// IBTA 9.7.5.1.x (requester, response PSN checks): an ACK, NAK, READ
+/// IBTA 9.7.5.3 (requester response checks; section not checked against
+/// the text): an ACK, NAK, READ
 /// response or ATOMIC Acknowledge for a PSN the victim never sent is
 /// dropped silently and changes nothing; the victim's own request then
 /// completes normally.
@@ -1297,11 +1302,31 @@ fn garbage_flood_during_a_legitimate_flow() {
             .filter(|(n, v)| **v > 0 && (n.contains("drop") || n.contains("rcvd_")))
             .collect::<Vec<_>>()
     );
-    assert!(c["net_rcvd_bad_icrc"] > 0);
-    assert!(c[name(Counter::DropUnknownQp)] > 0);
-    assert!(c[name(Counter::DropUnknownOpcode)] > 0);
-    assert!(c[name(Counter::DropBadField)] > 0);
-    assert!(c[name(Counter::DropBadPadCount)] > 0);
+    // Each kind of garbage lands in its own counter, which legitimate
+    // traffic never touches: together they count each garbage datagram
+    // that reached the device once (never more than were sent; fewer only
+    // if the kernel dropped some from a full socket buffer).
+    let kinds = [
+        "net_rcvd_bad_icrc",
+        "net_rcvd_too_short",
+        name(Counter::DropUnknownQp),
+        name(Counter::DropUnknownOpcode),
+        name(Counter::DropBadField),
+        name(Counter::DropBadPadCount),
+    ];
+    for k in kinds {
+        assert!(c[k] > 0, "{k} never moved");
+    }
+    let counted: u64 = kinds.iter().map(|k| c[*k]).sum();
+    eprintln!("garbage counted {counted} of {sent} sent");
+    assert!(
+        counted <= sent,
+        "{counted} drops counted for {sent} datagrams"
+    );
+    assert!(
+        counted * 2 >= sent,
+        "only {counted} of {sent} datagrams arrived"
+    );
     // B's QP is still connected and working.
     assert_eq!(qb.query().unwrap().state, QpState::Rts);
     assert_eq!(qa.query().unwrap().state, QpState::Rts);
