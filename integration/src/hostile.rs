@@ -222,6 +222,18 @@ impl Packet {
         )
     }
 
+    /// SEND ONLY with Invalidate of `rkey` (IETH).
+    pub fn send_inv(dest_qp: u32, psn: u32, rkey: u32, payload: &[u8]) -> Packet {
+        Packet::new(
+            bth(Opcode::RC_SEND_ONLY_WITH_INVALIDATE, dest_qp, psn),
+            ExtReprs {
+                ieth: Some(rxe_core::wire::IethRepr { rkey }),
+                ..ExtReprs::default()
+            },
+            payload,
+        )
+    }
+
     // ---- corruption: BTH bytes as laid out in IBTA 9.2 (Figure 96) ------
 
     /// Byte 0: the opcode.

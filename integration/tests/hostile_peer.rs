@@ -1092,6 +1092,37 @@ fn zero_length_write_and_read_with_a_bogus_rkey() {
     l.good_send();
 }
 
+/// The packets of a WRITE must add up to the RETH's DMA length exactly
+/// (IBTA 9.7.x, C9-92 length checks): a WRITE ONLY carrying more or fewer
+/// bytes than its RETH announces is an Invalid Request, and nothing of it
+/// is written.
+#[test]
+fn write_payload_longer_than_its_dma_length() {
+    let mut l = Lab::new(49);
+    let (qpn, va, rkey) = (l.qpn(), l.v.mr.addr(), l.v.mr.rkey());
+    let p = Packet::write_only_len(qpn, RQ_PSN, va + 100, rkey, 2, b"evilevil");
+    l.fatal_nak(p, RQ_PSN, NakCode::InvalidRequest);
+}
+
+#[test]
+fn write_payload_shorter_than_its_dma_length() {
+    let mut l = Lab::new(50);
+    let (qpn, va, rkey) = (l.qpn(), l.v.mr.addr(), l.v.mr.rkey());
+    let p = Packet::write_only_len(qpn, RQ_PSN, va + 100, rkey, 64, b"evil");
+    l.fatal_nak(p, RQ_PSN, NakCode::InvalidRequest);
+}
+
+/// A READ longer than the largest message (2^31 bytes: IBTA chapter 9, section
+/// not checked against the text; the device's max_msg_sz) is an
+/// Invalid Request before any key is looked at.
+#[test]
+fn read_longer_than_the_largest_message() {
+    let mut l = Lab::new(51);
+    let (qpn, va, rkey) = (l.qpn(), l.v.mr.addr(), l.v.mr.rkey());
+    let p = Packet::read(qpn, RQ_PSN, va, rkey, 0x8000_0001);
+    l.fatal_nak(p, RQ_PSN, NakCode::InvalidRequest);
+}
+
 #[test]
 fn rkey_of_a_deregistered_region() {
     let mut l = Lab::new(45);
@@ -1103,6 +1134,53 @@ fn rkey_of_a_deregistered_region() {
     let p = Packet::write_only(l.qpn(), RQ_PSN, va, rkey, b"evil");
     l.fatal_nak(p, RQ_PSN, NakCode::RemoteAccessError);
     assert_eq!(new.to_vec().unwrap(), vec![2; 4096]);
+}
+
+/// SEND with Invalidate (IBTA 10.6.5, not checked against the text) may
+/// only reach a region of the QP's own PD: the R_Key of another PD's region
+/// or a stale R_Key invalidates nothing, and the SEND itself is delivered.
+#[test]
+fn send_with_invalidate_stays_in_its_pd() {
+    let mut l = Lab::new(48);
+    let pd2 = l.v.dev.alloc_pd().unwrap();
+    let other = pd2.reg_mr(vec![0x5a; 4096], all_access()).unwrap();
+    let gone = l.v.pd.reg_mr(vec![1; 4096], all_access()).unwrap();
+    let stale = gone.rkey();
+    gone.dereg().unwrap();
+    let reused = l.v.pd.reg_mr(vec![2; 4096], all_access()).unwrap();
+    for (i, rkey) in [other.rkey(), stale].into_iter().enumerate() {
+        let wr = l.post_recv();
+        let psn = RQ_PSN + i as u32;
+        l.peer
+            .send(Packet::send_inv(l.qpn(), psn, rkey, b"inv"), Icrc::Seal);
+        assert_eq!(l.next_ack(), (psn, Syndrome::ACK_CREDITS_INVALID));
+        let wc = l.v.wait(1);
+        assert_eq!(
+            (wc[0].wr_id, wc[0].status),
+            (l.take_recv(), WcStatus::Success)
+        );
+        assert_eq!(wc[0].wr_id, wr);
+        l.expect[..3].copy_from_slice(b"inv");
+    }
+    assert!(
+        !other.is_invalidated(),
+        "another PD's region was invalidated"
+    );
+    assert!(
+        !reused.is_invalidated(),
+        "a stale R_Key invalidated the new region"
+    );
+    assert!(!l.v.mr.is_invalidated());
+    // The reused region still answers its own R_Key.
+    l.peer.send(
+        Packet::write_only(l.qpn(), RQ_PSN + 2, reused.addr(), reused.rkey(), b"okay"),
+        Icrc::Seal,
+    );
+    assert_eq!(l.next_ack(), (RQ_PSN + 2, Syndrome::ACK_CREDITS_INVALID));
+    let mut got = [0u8; 4];
+    reused.read(0, &mut got).unwrap();
+    assert_eq!(&got, b"okay");
+    l.check_mem();
 }
 
 /// IBTA 10.3.1: a QP in ERR receives nothing; requests are dropped
