@@ -68,6 +68,9 @@ struct Lab {
     next_wr: u64,
     /// Receives posted and not yet consumed, oldest first.
     pending: std::collections::VecDeque<u64>,
+    /// Request messages the victim completed: every AETH must carry it as
+    /// its MSN (IBTA 9.7.5.1.3, C9-147 as kernel rxe cites it).
+    msn: u32,
 }
 
 impl Lab {
@@ -99,6 +102,7 @@ impl Lab {
             epsn: RQ_PSN,
             next_wr: 1,
             pending: Default::default(),
+            msn: 0,
         }
     }
 
@@ -187,14 +191,30 @@ impl Lab {
     }
 
     /// Next answer, which must be an RC Acknowledge to the peer's QPN with a
-    /// good ICRC; returns (PSN, syndrome).
+    /// good ICRC and the MSN of the messages completed so far; returns (PSN,
+    /// syndrome).
     fn next_ack(&mut self) -> (u32, Syndrome) {
         let a = self
             .peer
             .next_answer(WAIT)
             .expect("the victim did not answer");
         assert_ack_shape(&a);
-        (a.psn, a.aeth.expect("AETH").syndrome)
+        let aeth = a.aeth.expect("AETH");
+        assert_eq!(aeth.msn, self.msn, "AETH MSN of {a:?}");
+        (a.psn, aeth.syndrome)
+    }
+
+    /// The next answer, a response with an AETH (READ response, ATOMIC
+    /// Acknowledge) carrying the current MSN.
+    fn next_response(&mut self) -> Answer {
+        let a = self
+            .peer
+            .next_answer(WAIT)
+            .expect("the victim did not answer");
+        assert!(a.icrc_ok, "the victim's ICRC: {a:?}");
+        assert_eq!(a.dest_qp, PEER_QPN, "{a:?}");
+        assert_eq!(a.aeth.map(|x| x.msn), Some(self.msn), "AETH MSN of {a:?}");
+        a
     }
 
     /// A legitimate SEND at the expected PSN is accepted: ACKed with its
@@ -208,6 +228,7 @@ impl Lab {
         let psn = self.epsn;
         self.peer
             .send(Packet::send_only(self.qpn(), psn, &msg), Icrc::Seal);
+        self.msn += 1;
         assert_eq!(self.next_ack(), (psn, Syndrome::ACK_CREDITS_INVALID));
         let wc = self.v.wait(1);
         assert_eq!(
@@ -367,6 +388,7 @@ fn pkey_not_in_the_table_and_membership() {
         Packet::send_only(l.qpn(), RQ_PSN, b"full member").pkey(0x9234),
         Icrc::Seal,
     );
+    l.msn += 1;
     assert_eq!(l.next_ack(), (RQ_PSN, Syndrome::ACK_CREDITS_INVALID));
     let wc = l.v.wait(1);
     assert_eq!((wc[0].wr_id, wc[0].status), (wr, WcStatus::Success));
@@ -385,6 +407,7 @@ fn limited_member_packet_reaches_a_full_member_qp() {
         Packet::send_only(l.qpn(), RQ_PSN, b"limited").pkey(0x7fff),
         Icrc::Seal,
     );
+    l.msn += 1;
     assert_eq!(l.next_ack(), (RQ_PSN, Syndrome::ACK_CREDITS_INVALID));
     assert_eq!(l.v.wait(1)[0].wr_id, wr);
     l.expect[..7].copy_from_slice(b"limited");
@@ -473,6 +496,7 @@ fn duplicate_and_far_behind_psn() {
     let psn = l.epsn;
     l.peer
         .send(Packet::send_only(l.qpn(), psn, b"next"), Icrc::Seal);
+    l.msn += 1;
     assert_eq!(l.next_ack(), (psn, Syndrome::ACK_CREDITS_INVALID));
     assert_eq!(l.v.wait(1)[0].wr_id, wr);
 }
@@ -1072,13 +1096,14 @@ fn zero_length_write_and_read_with_a_bogus_rkey() {
         Packet::write_only(qpn, RQ_PSN, 0xdead_0000, 0x0bad_0bad, b""),
         Icrc::Seal,
     );
+    l.msn += 1;
     assert_eq!(l.next_ack(), (RQ_PSN, Syndrome::ACK_CREDITS_INVALID));
     l.peer.send(
         Packet::read(qpn, RQ_PSN + 1, u64::MAX, 0x0bad_0bad, 0),
         Icrc::Seal,
     );
-    let a = l.peer.next_answer(WAIT).expect("READ response");
-    assert!(a.icrc_ok);
+    l.msn += 1;
+    let a = l.next_response();
     assert_eq!(
         (a.opcode, a.psn, a.payload.len()),
         (Some(Opcode::RC_RDMA_READ_RESPONSE_ONLY), RQ_PSN + 1, 0)
@@ -1153,6 +1178,7 @@ fn send_with_invalidate_stays_in_its_pd() {
         let psn = RQ_PSN + i as u32;
         l.peer
             .send(Packet::send_inv(l.qpn(), psn, rkey, b"inv"), Icrc::Seal);
+        l.msn += 1;
         assert_eq!(l.next_ack(), (psn, Syndrome::ACK_CREDITS_INVALID));
         let wc = l.v.wait(1);
         assert_eq!(
@@ -1176,6 +1202,7 @@ fn send_with_invalidate_stays_in_its_pd() {
         Packet::write_only(l.qpn(), RQ_PSN + 2, reused.addr(), reused.rkey(), b"okay"),
         Icrc::Seal,
     );
+    l.msn += 1;
     assert_eq!(l.next_ack(), (RQ_PSN + 2, Syndrome::ACK_CREDITS_INVALID));
     let mut got = [0u8; 4];
     reused.read(0, &mut got).unwrap();
@@ -1220,13 +1247,15 @@ fn good_write_read_and_atomic_are_served() {
         Packet::write_only(qpn, RQ_PSN, va + 4096, rkey, &data),
         Icrc::Seal,
     );
+    l.msn += 1;
     assert_eq!(l.next_ack(), (RQ_PSN, Syndrome::ACK_CREDITS_INVALID));
     l.expect[4096..4608].copy_from_slice(&data);
     l.peer.send(
         Packet::read(qpn, RQ_PSN + 1, va + 4096, rkey, 512),
         Icrc::Seal,
     );
-    let a = l.peer.next_answer(WAIT).expect("READ response");
+    l.msn += 1;
+    let a = l.next_response();
     assert_eq!(a.opcode, Some(Opcode::RC_RDMA_READ_RESPONSE_ONLY));
     assert_eq!(a.payload, data);
     let word = u64::from_ne_bytes(l.expect[8..16].try_into().unwrap());
@@ -1234,7 +1263,8 @@ fn good_write_read_and_atomic_are_served() {
         Packet::atomic(qpn, RQ_PSN + 2, va + 8, rkey, 5, None),
         Icrc::Seal,
     );
-    let a = l.peer.next_answer(WAIT).expect("ATOMIC Acknowledge");
+    l.msn += 1;
+    let a = l.next_response();
     assert_eq!(
         (a.opcode, a.psn, a.atomic_orig),
         (Some(Opcode::RC_ATOMIC_ACKNOWLEDGE), RQ_PSN + 2, Some(word))
