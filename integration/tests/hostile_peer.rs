@@ -562,6 +562,10 @@ fn truncated_headers_icrc_room_and_pad() {
     // Below BTH + ICRC: the device drops it before the transport.
     let p = Packet::send_only(qpn, RQ_PSN, b"").truncate(12);
     l.silent_drop(p, Icrc::AsIs, "net_rcvd_too_short");
+    // Longer than any RoCE packet (PMTU 4096 plus headers): the device's
+    // receive slot cuts it and the device drops it.
+    let p = Packet::send_only(qpn, RQ_PSN, &[0x42; 8192]);
+    l.silent_drop(p, Icrc::Seal, "net_rcvd_truncated");
     // A WRITE ONLY cut inside its RETH (BTH + 8 bytes, ICRC sealed).
     let p = Packet::write_only(qpn, RQ_PSN, va, rkey, b"abcd").truncate(24);
     l.silent_drop(p, Icrc::Seal, name(Counter::DropTruncated));
