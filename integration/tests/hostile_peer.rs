@@ -1279,6 +1279,75 @@ fn good_write_read_and_atomic_are_served() {
     l.good_send();
 }
 
+/// Replayed READs and atomics (IBTA 9.7.5.1.1, duplicate requests): a
+/// duplicate READ is served again only for a part of the original, with its
+/// R_Key, and is checked again; a duplicate asking for other memory or
+/// with another R_Key is dropped silently. A duplicate atomic is answered
+/// from the saved result and never executed twice, whatever operands it
+/// carries.
+#[test]
+fn duplicate_read_and_atomic_cannot_reach_further() {
+    let mut l = Lab::new(52);
+    let (qpn, va, rkey) = (l.qpn(), l.v.mr.addr(), l.v.mr.rkey());
+    let pd2 = l.v.dev.alloc_pd().unwrap();
+    let other = pd2.reg_mr(vec![0x5a; 4096], all_access()).unwrap();
+    let at = va + 0x1000;
+    l.peer
+        .send(Packet::read(qpn, RQ_PSN, at, rkey, 64), Icrc::Seal);
+    l.msn += 1;
+    let a = l.next_response();
+    assert_eq!(a.payload, l.expect[0x1000..0x1040]);
+    let word = u64::from_ne_bytes(l.expect[16..24].try_into().unwrap());
+    l.peer.send(
+        Packet::atomic(qpn, RQ_PSN + 1, va + 16, rkey, 5, None),
+        Icrc::Seal,
+    );
+    l.msn += 1;
+    assert_eq!(l.next_response().atomic_orig, Some(word));
+    l.expect[16..24].copy_from_slice(&word.wrapping_add(5).to_ne_bytes());
+    l.epsn = RQ_PSN + 2;
+
+    let dup = name(Counter::DuplicateRequest);
+    // Beyond the original, before it, another region's R_Key, a longer one.
+    for p in [
+        Packet::read(qpn, RQ_PSN, at + 0x1000, rkey, 64),
+        Packet::read(qpn, RQ_PSN, at - 8, rkey, 64),
+        Packet::read(qpn, RQ_PSN, other.addr(), other.rkey(), 64),
+        Packet::read(qpn, RQ_PSN, at, rkey, 65),
+    ] {
+        l.silent_drop(p, Icrc::Seal, dup);
+    }
+    // A part of the original: served again, with the original's MSN.
+    let before = l.counters();
+    l.peer
+        .send(Packet::read(qpn, RQ_PSN, at + 32, rkey, 32), Icrc::Seal);
+    let a = l.peer.next_answer(WAIT).expect("the READ served again");
+    assert_eq!(
+        (a.opcode, a.psn, a.aeth.map(|x| x.msn)),
+        (Some(Opcode::RC_RDMA_READ_RESPONSE_ONLY), RQ_PSN, Some(1))
+    );
+    assert_eq!(a.payload, l.expect[0x1020..0x1040]);
+    l.assert_moved(&before, &[(dup, 1)]);
+    // The atomic replayed with other operands: the saved answer, no effect.
+    let before = l.counters();
+    l.peer.send(
+        Packet::atomic(qpn, RQ_PSN + 1, va + 16, rkey, 1000, None),
+        Icrc::Seal,
+    );
+    let a = l
+        .peer
+        .next_answer(WAIT)
+        .expect("the saved ATOMIC Acknowledge");
+    assert_eq!(
+        (a.opcode, a.psn, a.atomic_orig),
+        (Some(Opcode::RC_ATOMIC_ACKNOWLEDGE), RQ_PSN + 1, Some(word))
+    );
+    l.assert_moved(&before, &[(dup, 1)]);
+    l.check_mem();
+    assert_eq!(other.to_vec().unwrap(), vec![0x5a; 4096]);
+    l.good_send();
+}
+
 // ---- the flood -----------------------------------------------------------
 
 /// A tiny xorshift generator: the flood is reproducible from its seed.
