@@ -687,6 +687,12 @@ impl Responder {
         if pkt.info.operation != Operation::Send {
             return counters.inc(Counter::DropWrongTransport);
         }
+        // A UD message is one packet of at most the path MTU (the port's):
+        // a longer one no conforming sender makes is dropped before it takes
+        // a receive, as kernel rxe does (IBTA 9.8; section not checked).
+        if pkt.payload.len() > common.mtu() as usize {
+            return counters.inc(Counter::DropBadPayloadLength);
+        }
         let Some(wr) = self.take_recv(common, srq) else {
             return counters.inc(Counter::DropNoRecv);
         };
