@@ -48,7 +48,7 @@ pub const OTHER_PD: u32 = 2;
 pub const UD_QKEY: u32 = 0x1111_1111;
 const REGION_LEN: usize = 4096;
 /// Receives cover the first `RECV_LEN` bytes of the receive region.
-const RECV_LEN: u32 = 512;
+const RECV_LEN: u32 = 3072;
 const RC_RQ_PSN: u32 = 0x10;
 const UC_RQ_PSN: u32 = 0x20;
 const BUF_LEN: usize = 4096 + 128;

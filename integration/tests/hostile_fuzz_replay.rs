@@ -105,3 +105,44 @@ fn seed_corpus_replays_through_the_endpoint_harness() {
     }
     eprintln!("{} corpus and regression inputs replayed", extra.len());
 }
+
+/// A transport packet for a harness record (the harness rewrites QPN,
+/// P_Key and PSN as the control byte says).
+fn uc_send(opcode: u8, psn: u32, len: usize) -> Vec<u8> {
+    use rxe_core::wire::{BthRepr, ExtReprs, Opcode, TransportRepr};
+    let bth = BthRepr {
+        opcode: Opcode(opcode),
+        solicited: false,
+        mig_req: false,
+        pad_count: 0,
+        pkey: 0xffff,
+        fecn: false,
+        becn: false,
+        dest_qp: 0,
+        ack_req: false,
+        psn,
+    };
+    let t = TransportRepr::new(bth, ExtReprs::default(), len);
+    let mut b = vec![0; t.buffer_len().unwrap()];
+    t.emit(&mut b, &vec![7; len]).unwrap();
+    b
+}
+
+/// Found with the harness: a UC packet that ends a message in progress (a
+/// MIDDLE after a gap, a MIDDLE shorter than the MTU) was counted twice in
+/// `drop_uc_incomplete`, once for the message and once for itself. The
+/// harness's one-packet-one-drop invariant now holds for both.
+#[test]
+fn uc_message_ended_by_a_bad_packet_counts_one_drop() {
+    // Control bits: the UC QP (2), P_Key fixed (0x04), harness PSN (0x08).
+    let (uc, pkey, psn) = (0x02, 0x04, 0x08);
+    let first = uc_send(0x20, 0, 1024);
+    // A MIDDLE far ahead (its own PSN): the FIRST's message is lost.
+    let mut h = Harness::new();
+    h.step(uc | pkey | psn, &first, 0);
+    h.step(uc | pkey, &uc_send(0x21, 0x30, 1024), 0);
+    // A MIDDLE at the right PSN but shorter than the MTU.
+    let mut h = Harness::new();
+    h.step(uc | pkey | psn, &first, 0);
+    h.step(uc | pkey | psn, &uc_send(0x21, 0, 100), 0);
+}
