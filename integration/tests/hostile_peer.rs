@@ -903,24 +903,7 @@ fn uc_duplicate_and_gap() {
 fn ghost_response_of_the_wrong_kind() {
     let mut l = Lab::new(24);
     let qpn = l.qpn();
-    l.qp.post_send(SendWr {
-        wr_id: 7,
-        op: SendOp::RdmaRead {
-            remote_addr: 0x1000,
-            rkey: 0x4242,
-        },
-        data: SendData::Sges(vec![l.v.mr.sge(8192, 64)]),
-        signaled: true,
-        fence: false,
-        solicited: false,
-        ud: None,
-    })
-    .unwrap();
-    let req = l.peer.next_answer(WAIT).expect("the victim's READ");
-    assert_eq!(
-        (req.opcode, req.psn),
-        (Some(Opcode::RC_RDMA_READ_REQUEST), SQ_PSN)
-    );
+    l.victim_reads(8192, 64);
     let ack = AethRepr {
         syndrome: Syndrome::ACK_CREDITS_INVALID,
         msn: 1,
@@ -1006,6 +989,90 @@ fn ud_message_longer_than_the_receive() {
     l.expect[..100].copy_from_slice(&got[..100]);
     l.check_mem();
     l.peer.assert_silent(QUIET);
+}
+
+impl Lab {
+    /// The victim posts an RDMA READ of `len` bytes into its MR at
+    /// `offset`; returns the request as the peer received it.
+    fn victim_reads(&mut self, offset: usize, len: u32) -> Answer {
+        self.qp
+            .post_send(SendWr {
+                wr_id: 7,
+                op: SendOp::RdmaRead {
+                    remote_addr: 0x1000,
+                    rkey: 0x4242,
+                },
+                data: SendData::Sges(vec![self.v.mr.sge(offset, len)]),
+                signaled: true,
+                fence: false,
+                solicited: false,
+                ud: None,
+            })
+            .unwrap();
+        let req = self.peer.next_answer(WAIT).expect("the victim's READ");
+        assert_eq!(
+            (req.opcode, req.psn),
+            (Some(Opcode::RC_RDMA_READ_REQUEST), SQ_PSN)
+        );
+        req
+    }
+}
+
+/// The requester's side of memory safety: a READ response longer than the
+/// READ asked for is a bad response (IBTA 9.7.5.3; section not checked):
+/// the READ completes with BAD_RESP_ERR, the QP goes to ERR, and not one
+/// byte is written, inside the SGE or past it.
+#[test]
+fn read_response_longer_than_the_read() {
+    let mut l = Lab::new(27);
+    l.victim_reads(8192, 64);
+    let ack = AethRepr {
+        syndrome: Syndrome::ACK_CREDITS_INVALID,
+        msn: 1,
+    };
+    l.peer.send(
+        Packet::read_response_only(l.qpn(), SQ_PSN, ack, &[0xee; 1000]),
+        Icrc::Seal,
+    );
+    let wc = l.v.wait(1);
+    assert_eq!((wc[0].wr_id, wc[0].status), (7, WcStatus::BadRespErr));
+    let deadline = Instant::now() + WAIT;
+    while l.qp.query().unwrap().state != QpState::Error {
+        assert!(Instant::now() < deadline, "the QP did not go to ERR");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    l.check_mem();
+}
+
+/// An ACK that covers a READ whose response never came means the response
+/// was lost (IBTA 9.7.5.1.x, implicit NAK; section not checked): the READ is
+/// sent again, nothing completes and nothing is written; the real response
+/// then completes it with its data in the SGE.
+#[test]
+fn ack_covering_an_unanswered_read() {
+    let mut l = Lab::new(28);
+    l.victim_reads(8192, 64);
+    let ack = AethRepr {
+        syndrome: Syndrome::ACK_CREDITS_INVALID,
+        msn: 1,
+    };
+    l.peer.send(Packet::ack(l.qpn(), SQ_PSN, ack), Icrc::Seal);
+    let again = l.peer.next_answer(WAIT).expect("the READ sent again");
+    assert_eq!(
+        (again.opcode, again.psn),
+        (Some(Opcode::RC_RDMA_READ_REQUEST), SQ_PSN)
+    );
+    assert_quiet(&l.v.cq, QUIET);
+    l.check_mem();
+    let data = pattern(64, 0x42);
+    l.peer.send(
+        Packet::read_response_only(l.qpn(), SQ_PSN, ack, &data),
+        Icrc::Seal,
+    );
+    let wc = l.v.wait(1);
+    assert_eq!((wc[0].wr_id, wc[0].status), (7, WcStatus::Success));
+    l.expect[8192..8256].copy_from_slice(&data);
+    l.check_mem();
 }
 
 // ---- remote access -------------------------------------------------------
