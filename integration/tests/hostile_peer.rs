@@ -1044,6 +1044,25 @@ fn read_response_longer_than_the_read() {
     l.check_mem();
 }
 
+/// Shorter than the READ (an ONLY that should have carried 64 bytes): the
+/// same bad response, nothing written.
+#[test]
+fn read_response_shorter_than_the_read() {
+    let mut l = Lab::new(29);
+    l.victim_reads(8192, 64);
+    let ack = AethRepr {
+        syndrome: Syndrome::ACK_CREDITS_INVALID,
+        msn: 1,
+    };
+    l.peer.send(
+        Packet::read_response_only(l.qpn(), SQ_PSN, ack, &[0xee; 32]),
+        Icrc::Seal,
+    );
+    let wc = l.v.wait(1);
+    assert_eq!((wc[0].wr_id, wc[0].status), (7, WcStatus::BadRespErr));
+    l.check_mem();
+}
+
 /// An ACK that covers a READ whose response never came means the response
 /// was lost (IBTA 9.7.5.1.x, implicit NAK; section not checked): the READ is
 /// sent again, nothing completes and nothing is written; the real response
