@@ -1234,6 +1234,18 @@ fn misaligned_atomic() {
     l.fatal_nak(p, RQ_PSN, NakCode::InvalidRequest);
 }
 
+/// An atomic both out of bounds and misaligned (the region's last 4
+/// bytes): bounds are checked before alignment, so it is a Remote Access
+/// Error (the order kernel rxe uses too).
+#[test]
+fn atomic_past_the_end_and_misaligned() {
+    let mut l = Lab::new(53);
+    let (qpn, va, rkey) = (l.qpn(), l.v.mr.addr(), l.v.mr.rkey());
+    let end = va + l.v.mr.len() as u64;
+    let p = Packet::atomic(qpn, RQ_PSN, end - 4, rkey, 1, None);
+    l.fatal_nak(p, RQ_PSN, NakCode::RemoteAccessError);
+}
+
 #[test]
 fn read_longer_than_the_region() {
     let mut l = Lab::new(43);
