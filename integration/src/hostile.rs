@@ -453,7 +453,8 @@ impl HostilePeer {
     }
 
     /// Sends raw bytes as fast as the socket takes them, without waiting:
-    /// `false` if the socket buffer was full (the datagram was not sent).
+    /// `false` if the socket did not take the datagram (its buffer full, or
+    /// any other error), which is then not sent.
     pub fn try_send_raw(&mut self, bytes: &[u8]) -> bool {
         match self.sock.send_to(bytes, self.victim) {
             Ok(_) => {
