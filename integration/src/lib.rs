@@ -2,5 +2,6 @@
 //! share.
 
 pub mod forge;
+pub mod hostile;
 pub mod peer;
 pub mod verbs_harness;

@@ -108,6 +108,9 @@ impl Responder {
             pkt.info.position,
             Some(Position::First | Position::Only) | None
         );
+        // One packet, one drop count at most: once the message in progress
+        // is counted as dropped, this packet (which ended it) is not again.
+        let mut counted = false;
         match classify_request(psn, self.epsn) {
             RequestPsn::Duplicate { .. } => {
                 counters.inc(Counter::DuplicateRequest);
@@ -116,7 +119,7 @@ impl Responder {
             RequestPsn::OutOfSequence { .. } => {
                 // Packets were lost: the message they belonged to is gone.
                 counters.inc(Counter::OutOfSeqRequest);
-                self.uc_abort(counters, srq.as_deref_mut());
+                counted = self.uc_abort(counters, srq.as_deref_mut());
                 if !starts {
                     self.uc_discard = true;
                 }
@@ -124,7 +127,9 @@ impl Responder {
             RequestPsn::Expected => {}
         }
         if self.uc_discard && !starts {
-            counters.inc(Counter::DropUcIncomplete);
+            if !counted {
+                counters.inc(Counter::DropUcIncomplete);
+            }
             self.epsn = psn.next();
             return;
         }
@@ -132,11 +137,12 @@ impl Responder {
         match self.execute(common, counters, srq.as_deref_mut(), pkey_index, pkt, mem) {
             Ok(n) => self.epsn = psn.add(n),
             Err(fail) => {
-                counters.inc(match fail {
-                    Fail::NoRecv => Counter::DropNoRecv,
-                    Fail::Nak(_) => Counter::DropUcIncomplete,
-                });
-                self.uc_abort(counters, srq);
+                if !self.uc_abort(counters, srq) && !counted {
+                    counters.inc(match fail {
+                        Fail::NoRecv => Counter::DropNoRecv,
+                        Fail::Nak(_) => Counter::DropUcIncomplete,
+                    });
+                }
                 self.uc_discard =
                     !matches!(pkt.info.position, Some(Position::Last | Position::Only));
                 self.epsn = psn.next();
@@ -145,19 +151,19 @@ impl Responder {
     }
 
     /// Drops the UC message in progress; a SEND gives its receive back, to
-    /// the front of the queue it came from (its own or the SRQ).
-    pub(super) fn uc_abort(&mut self, counters: &mut Counters, srq: Option<&mut Srq>) {
+    /// the front of the queue it came from (its own or the SRQ). Returns
+    /// whether there was one (and it was counted).
+    pub(super) fn uc_abort(&mut self, counters: &mut Counters, srq: Option<&mut Srq>) -> bool {
         match core::mem::take(&mut self.msg) {
-            Msg::Idle => {}
-            Msg::Send { wr, .. } => {
-                match srq {
-                    Some(srq) => srq.push_front(wr),
-                    None => self.rq.push_front(wr),
-                }
-                counters.inc(Counter::DropUcIncomplete);
-            }
-            Msg::Write { .. } => counters.inc(Counter::DropUcIncomplete),
+            Msg::Idle => return false,
+            Msg::Send { wr, .. } => match srq {
+                Some(srq) => srq.push_front(wr),
+                None => self.rq.push_front(wr),
+            },
+            Msg::Write { .. } => {}
         }
+        counters.inc(Counter::DropUcIncomplete);
+        true
     }
 
     // ---- UD -------------------------------------------------------------
@@ -191,6 +197,12 @@ impl Responder {
         }
         if pkt.info.operation != Operation::Send {
             return counters.inc(Counter::DropWrongTransport);
+        }
+        // A UD message is one packet of at most the path MTU (the port's):
+        // a longer one no conforming sender makes is dropped before it takes
+        // a receive, as kernel rxe does (IBTA 9.8; section not checked).
+        if pkt.payload.len() > common.mtu() as usize {
+            return counters.inc(Counter::DropBadPayloadLength);
         }
         let Some(wr) = self.take_recv(common, srq) else {
             return counters.inc(Counter::DropNoRecv);
