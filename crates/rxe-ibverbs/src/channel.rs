@@ -150,3 +150,23 @@ export! {"IBVERBS_1.1" fn ibv_get_cq_event(channel: *mut ibv_comp_channel, cq: *
         return 0;
     }
 }}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_destroyed_cq_takes_its_undelivered_events_with_it() {
+        let ch = ChannelShared::new().unwrap();
+        ch.push(0x10);
+        ch.push(0x20);
+        ch.push(0x10);
+        ch.purge(0x10);
+        assert!(wait_eventfd(ch.fd));
+        assert_eq!(ch.pop(), Some(0x20));
+        // SAFETY: our own eventfd.
+        unsafe { libc::fcntl(ch.fd, libc::F_SETFL, libc::O_NONBLOCK) };
+        assert!(!wait_eventfd(ch.fd), "the purged events' counts are gone");
+        assert_eq!(ch.pop(), None);
+    }
+}

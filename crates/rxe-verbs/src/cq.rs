@@ -320,3 +320,38 @@ impl Future for Notified<'_> {
         Poll::Pending
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rxe_core::transport::{WcOpcode, WorkQueue};
+
+    fn wc(queue: WorkQueue) -> WorkCompletion {
+        WorkCompletion::new(1, WcStatus::Success, WcOpcode::Send, 7, queue)
+    }
+
+    #[test]
+    fn the_event_hook_fires_once_per_armed_notification_and_at_overrun() {
+        let cq = CqShared::new(1, 2);
+        let fired = Arc::new(AtomicUsize::new(0));
+        let f = fired.clone();
+        *cq.hook.lock().unwrap() = Some(Arc::new(move || {
+            f.fetch_add(1, Ordering::SeqCst);
+        }));
+        assert!(cq.push(wc(WorkQueue::Send), false));
+        assert_eq!(fired.load(Ordering::SeqCst), 0, "not armed");
+        cq.state.lock().unwrap().armed = Some(NotifyKind::SolicitedOnly);
+        cq.state.lock().unwrap().wcs.clear();
+        assert!(cq.push(wc(WorkQueue::Recv), false));
+        assert_eq!(fired.load(Ordering::SeqCst), 0, "not solicited");
+        assert!(cq.push(wc(WorkQueue::Recv), true));
+        assert_eq!(fired.load(Ordering::SeqCst), 1, "solicited receive");
+        // Full (depth 2): the overrun fires once.
+        assert!(!cq.push(wc(WorkQueue::Send), false));
+        assert!(
+            cq.push(wc(WorkQueue::Send), false),
+            "later losses are not new overruns"
+        );
+        assert_eq!(fired.load(Ordering::SeqCst), 2);
+    }
+}
