@@ -258,11 +258,17 @@ fn rc_pingpong_between_two_copies_at_every_size() {
 }
 
 #[test]
-fn rc_pingpong_path_mtus_and_completion_events() {
+fn rc_pingpong_path_mtus_completion_events_and_the_wr_api() {
     if !have("ibv_rc_pingpong") {
         return;
     }
-    let runs: [&[&str]; 3] = [&["-m", "256"], &["-m", "4096", "-s", "16384"], &["-e"]];
+    // -N: ibv_create_qp_ex and the ibv_wr_* builder.
+    let runs: [&[&str]; 4] = [
+        &["-m", "256"],
+        &["-m", "4096", "-s", "16384"],
+        &["-e"],
+        &["-N", "-e"],
+    ];
     for (i, extra) in runs.into_iter().enumerate() {
         let mut a = vec!["-d", "rxe0", "-g", "0", "-n", "100"];
         a.extend_from_slice(extra);

@@ -43,4 +43,5 @@ mod handles;
 pub mod mr;
 pub mod pd;
 pub mod qp;
+pub mod qp_ex;
 pub mod srq;

@@ -26,6 +26,11 @@ pub struct Qp {
     pub inner: rxe_verbs::Qp,
     pub pd: &'static Pd,
     pub events: EventCount,
+    /// Created with send ops flags: the `ibv_wr_*` interface is on.
+    pub ex: bool,
+    /// The `ibv_wr_*` batch being built (between wr_start and
+    /// wr_complete/wr_abort).
+    pub batch: std::sync::Mutex<crate::qp_ex::Batch>,
 }
 
 impl Qp {
@@ -65,7 +70,11 @@ fn qp_type_of(t: u32) -> Result<QpType, c_int> {
     }
 }
 
-fn create(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> Result<*mut ibv_qp, c_int> {
+pub(crate) fn create(
+    pd: *mut ibv_pd,
+    attr: *mut ibv_qp_init_attr,
+    ex: bool,
+) -> Result<*mut ibv_qp, c_int> {
     let p = Pd::from_ibv(pd).ok_or(libc::EINVAL)?;
     if attr.is_null() {
         return Err(libc::EINVAL);
@@ -124,11 +133,17 @@ fn create(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> Result<*mut ibv_qp, c
             comp_mask: 0,
             wr_id: 0,
             wr_flags: 0,
-            ops: [std::ptr::null_mut(); 22],
+            ops: if ex {
+                crate::qp_ex::ops()
+            } else {
+                [std::ptr::null_mut(); 22]
+            },
         },
         inner,
         pd: p,
         events: EventCount::default(),
+        ex,
+        batch: std::sync::Mutex::default(),
     }));
     p.ctx.events.add(Element::Qp, qpn, q as usize);
     handles::insert(q, Kind::Qp);
@@ -136,7 +151,7 @@ fn create(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> Result<*mut ibv_qp, c
 }
 
 export! {"IBVERBS_1.1" fn ibv_create_qp(pd: *mut ibv_pd, qp_init_attr: *mut ibv_qp_init_attr) -> *mut ibv_qp, fail = std::ptr::null_mut(), {
-    create(pd, qp_init_attr).unwrap_or_else(|e| {
+    create(pd, qp_init_attr, false).unwrap_or_else(|e| {
         set_errno(e);
         std::ptr::null_mut()
     })
@@ -206,12 +221,14 @@ export! {"IBVERBS_1.1" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int, fail = libc:
 }}
 
 export! {"IBVERBS_1.6" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex, fail = std::ptr::null_mut(), {
-    // Only QPs created with send ops flags have the ibv_wr_* interface,
-    // and rxe does not offer it yet (ibv_create_qp_ex with send ops
-    // flags fails with EOPNOTSUPP).
-    let _ = qp;
-    set_errno(libc::EOPNOTSUPP);
-    std::ptr::null_mut()
+    // Only a QP created with send ops flags has the ibv_wr_* interface.
+    match Qp::from_ibv(qp) {
+        Some(q) if q.ex => qp.cast(),
+        _ => {
+            set_errno(libc::EOPNOTSUPP);
+            std::ptr::null_mut()
+        }
+    }
 }}
 
 export! {"IBVERBS_1.10" fn ibv_query_ece(qp: *mut ibv_qp, ece: *mut c_void) -> c_int, fail = libc::EIO, {

@@ -22,7 +22,9 @@ fn every_checked_offset_matches_the_installed_headers() {
     );
     for (s, f, _) in CHECKED_LAYOUT {
         if f.is_empty() {
-            c.push_str(&format!("  printf(\"{s} . %zu\\n\", sizeof(struct {s}));\n"));
+            c.push_str(&format!(
+                "  printf(\"{s} . %zu\\n\", sizeof(struct {s}));\n"
+            ));
         } else {
             // Fields of unions and renamed fields are spelled as C has them.
             let cf = match (*s, *f) {
@@ -38,8 +40,17 @@ fn every_checked_offset_matches_the_installed_headers() {
     let src = dir.join("layout.c");
     let exe = dir.join("layout");
     std::fs::write(&src, c).unwrap();
-    let cc = Command::new("cc").arg(&src).arg("-o").arg(&exe).output().expect("cc runs");
-    assert!(cc.status.success(), "{}", String::from_utf8_lossy(&cc.stderr));
+    let cc = Command::new("cc")
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .expect("cc runs");
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
     let out = Command::new(&exe).output().unwrap();
     let text = String::from_utf8(out.stdout).unwrap();
     let mut checked = 0;

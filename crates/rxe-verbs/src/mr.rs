@@ -68,7 +68,11 @@ impl Pd {
     /// Registers `data` at the I/O virtual address `iova`
     /// (`ibv_reg_mr_iova`): remote peers address it from `iova`.
     pub fn reg_mr_iova(&self, data: Vec<u8>, iova: u64, access: AccessFlags) -> Result<Mr> {
-        self.reg(Arc::new(SharedBuffer::from_slice(&data)), Some(iova), access)
+        self.reg(
+            Arc::new(SharedBuffer::from_slice(&data)),
+            Some(iova),
+            access,
+        )
     }
 
     fn reg(&self, buf: Arc<dyn RegionBytes>, iova: Option<u64>, access: AccessFlags) -> Result<Mr> {

@@ -345,7 +345,12 @@ mod tests {
     fn a_region_without_remote_rights_has_no_rkey() {
         let mut t = MrTable::default();
         let m = t
-            .register(1, 0, AccessFlags::LOCAL_WRITE, Arc::new(SharedBuffer::zeroed(8)))
+            .register(
+                1,
+                0,
+                AccessFlags::LOCAL_WRITE,
+                Arc::new(SharedBuffer::zeroed(8)),
+            )
             .unwrap();
         assert!(t
             .check(m.info.key, 1, false, AccessFlags::LOCAL_WRITE, 0, 8)
