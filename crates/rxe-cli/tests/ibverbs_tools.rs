@@ -507,3 +507,35 @@ fn a_second_process_on_a_busy_address_is_told_what_to_do() {
     );
     drop(first);
 }
+
+#[test]
+fn bad_input_from_c_fails_as_rdma_core_does() {
+    // A C program built against the installed verbs.h and libibverbs.so
+    // (the real one), run over rxe's library: the drop-in case.
+    if !Path::new("/usr/include/infiniband/verbs.h").exists() {
+        if std::env::var("RXE_SKIP_IBVERBS_TOOLS").as_deref() == Ok("1") {
+            eprintln!("SKIPPED: no verbs.h (RXE_SKIP_IBVERBS_TOOLS=1)");
+            return;
+        }
+        panic!("no /usr/include/infiniband/verbs.h: install libibverbs-dev (scripts/setup.sh), or set RXE_SKIP_IBVERBS_TOOLS=1");
+    }
+    let dir = std::env::temp_dir().join(format!("rxe-bad-input-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join("bad_input");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/bad_input.c");
+    let cc = Command::new("cc")
+        .args(["-Wall", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .arg("-libverbs")
+        .output()
+        .expect("cc runs");
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let f = exec("127.0.110.20", exe.to_str().unwrap(), &[]).finish(T);
+    assert!(f.ok() && f.stdout == ["OK"], "{f:#?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -127,7 +127,7 @@ impl RegionBytes for ForeignBytes {
 }
 
 /// Copies `len` bytes of application memory at `addr` (an inline send's
-/// SGE, `IBV_SEND_INLINE`: the data is taken at post time).
+/// SGE, `IBV_SEND_INLINE`, or a GRH: the data is taken during the call).
 ///
 /// # Safety
 /// `addr..addr+len` must be readable, as `ibv_post_send(3)` requires of an
@@ -136,16 +136,16 @@ pub unsafe fn copy_in(addr: u64, len: u32, out: &mut Vec<u8>) {
     if len == 0 {
         return;
     }
-    let Some(p) = NonNull::new(addr as usize as *mut u8) else {
+    let p = addr as usize as *const u8;
+    if p.is_null() {
         return;
-    };
-    // SAFETY: the caller guarantees the range is readable; the copy is
-    // only read through the same atomic accesses as a region.
-    let f = unsafe { ForeignBytes::new(p, len as usize) };
+    }
     let start = out.len();
     out.resize(start + len as usize, 0);
-    // In bounds by construction.
-    let _ = f.read(0, &mut out[start..]);
+    // A plain copy, not atomics: the bytes may be read-only (a string
+    // constant), and the program must not change them during the call.
+    // SAFETY: the caller guarantees p..p+len is readable; out has room.
+    unsafe { std::ptr::copy_nonoverlapping(p, out.as_mut_ptr().add(start), len as usize) };
 }
 
 #[cfg(test)]
