@@ -18,6 +18,14 @@ use support::{Finished, Rxe};
 
 const T: Duration = Duration::from_secs(120);
 
+/// One test at a time: every test runs busy-polling C programs in pairs,
+/// and on a small machine several pairs at once only starve each other.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Whether the Debian tool `name` can run; panics with what to install if
 /// not, unless RXE_SKIP_IBVERBS_TOOLS=1.
 fn have(name: &str) -> bool {
@@ -117,6 +125,7 @@ fn check_pingpong(f: &Finished, peer: &str, bytes: u64, iters: u64) {
 
 #[test]
 fn the_library_exports_what_debian_binaries_import() {
+    let _serial = serial();
     let so = lib_dir().join("libibverbs.so");
     let dump = |p: &Path| {
         let out = Command::new("objdump")
@@ -195,6 +204,7 @@ fn the_library_exports_what_debian_binaries_import() {
 
 #[test]
 fn ibv_devices_and_ibv_devinfo_see_the_device() {
+    let _serial = serial();
     if !have("ibv_devinfo") {
         return;
     }
@@ -237,6 +247,7 @@ fn ibv_devices_and_ibv_devinfo_see_the_device() {
 
 #[test]
 fn rc_pingpong_between_two_copies_at_every_size() {
+    let _serial = serial();
     if !have("ibv_rc_pingpong") {
         return;
     }
@@ -259,6 +270,7 @@ fn rc_pingpong_between_two_copies_at_every_size() {
 
 #[test]
 fn rc_pingpong_path_mtus_completion_events_and_the_wr_api() {
+    let _serial = serial();
     if !have("ibv_rc_pingpong") {
         return;
     }
@@ -291,6 +303,7 @@ fn rc_pingpong_path_mtus_completion_events_and_the_wr_api() {
 
 #[test]
 fn uc_ud_and_srq_pingpong_between_two_copies() {
+    let _serial = serial();
     for (i, (prog, extra, size)) in [
         ("ibv_uc_pingpong", vec!["-e"], 4096u64),
         ("ibv_ud_pingpong", vec!["-s", "1024"], 1024),
@@ -315,6 +328,7 @@ fn uc_ud_and_srq_pingpong_between_two_copies() {
 
 #[test]
 fn rc_pingpong_against_rxe_pingpong_both_ways() {
+    let _serial = serial();
     if !have("ibv_rc_pingpong") {
         return;
     }
@@ -398,6 +412,7 @@ fn check_perf(f: &Finished) {
 
 #[test]
 fn perftest_between_two_copies() {
+    let _serial = serial();
     for (i, prog) in [
         "ib_write_bw",
         "ib_read_bw",
@@ -432,6 +447,7 @@ fn perftest_between_two_copies() {
 
 #[test]
 fn perftest_against_rxe_perf_both_ways() {
+    let _serial = serial();
     let cases: [(&str, &[&str]); 4] = [
         ("ib_write_bw", &["write"]),
         ("ib_read_bw", &["read"]),
@@ -482,6 +498,7 @@ fn perftest_against_rxe_perf_both_ways() {
 
 #[test]
 fn a_second_process_on_a_busy_address_is_told_what_to_do() {
+    let _serial = serial();
     if !have("ibv_rc_pingpong") {
         return;
     }
@@ -510,6 +527,7 @@ fn a_second_process_on_a_busy_address_is_told_what_to_do() {
 
 #[test]
 fn bad_input_from_c_fails_as_rdma_core_does() {
+    let _serial = serial();
     // A C program built against the installed verbs.h and libibverbs.so
     // (the real one), run over rxe's library: the drop-in case.
     if !Path::new("/usr/include/infiniband/verbs.h").exists() {
