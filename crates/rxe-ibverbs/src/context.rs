@@ -338,6 +338,7 @@ fn new_context(dev: &'static RxeDevice) -> std::io::Result<*mut Context> {
     ext[VCTX_QUERY_PORT] = vctx_query_port as *mut c_void;
     ext[VCTX_QUERY_DEVICE_EX] = vctx_query_device_ex as *mut c_void;
     ext[VCTX_CREATE_QP_EX] = crate::qp_ex::vctx_create_qp_ex as *mut c_void;
+    ext[VCTX_CREATE_CQ_EX] = crate::cq_ex::vctx_create_cq_ex as *mut c_void;
     let ops = ibv_context_ops {
         _compat_query_device: Some(compat_query_device),
         _compat_query_port: Some(compat_query_port),

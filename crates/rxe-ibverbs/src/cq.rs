@@ -15,9 +15,14 @@ use crate::context::Context;
 use crate::errno::{errno_of, set_errno};
 use crate::handles::{self, Kind};
 
+/// Every CQ is an `ibv_cq_ex` (the `ibv_start_poll` interface works on
+/// any of them; `ibv_create_cq_ex` is the way to ask for it).
 #[repr(C)]
 pub struct Cq {
     pub cq: ibv_cq,
+    pub ex: CqExTail,
+    /// The completion `ibv_start_poll`/`ibv_next_poll` last took.
+    pub current: std::sync::Mutex<ibv_wc>,
     pub inner: rxe_verbs::Cq,
     pub ctx: &'static Context,
     channel: Option<(&'static Channel, Arc<ChannelShared>)>,
@@ -53,11 +58,25 @@ pub fn async_event_acked(p: usize) {
 }
 
 export! {"IBVERBS_1.1" fn ibv_create_cq(context: *mut ibv_context, cqe: c_int, cq_context: *mut c_void, channel: *mut ibv_comp_channel, comp_vector: c_int) -> *mut ibv_cq, fail = std::ptr::null_mut(), {
+    create(context, cqe, cq_context, channel, comp_vector)
+}}
+
+/// `ibv_create_cq` (also behind `ibv_create_cq_ex`): NULL and errno on
+/// failure.
+pub(crate) fn create(
+    context: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
+) -> *mut ibv_cq {
     let fail = |e: c_int| {
         set_errno(e);
         std::ptr::null_mut()
     };
-    let Some(ctx) = Context::from_ibv(context) else { return fail(libc::EINVAL) };
+    let Some(ctx) = Context::from_ibv(context) else {
+        return fail(libc::EINVAL);
+    };
     if cqe <= 0 || comp_vector < 0 || comp_vector >= ctx.vctx.context.num_comp_vectors {
         return fail(libc::EINVAL);
     }
@@ -90,6 +109,13 @@ export! {"IBVERBS_1.1" fn ibv_create_cq(context: *mut ibv_context, cqe: c_int, c
             comp_events_completed: 0,
             async_events_completed: 0,
         },
+        ex: CqExTail {
+            comp_mask: 0,
+            status: 0,
+            wr_id: 0,
+            ops: crate::cq_ex::ops(),
+        },
+        current: std::sync::Mutex::new(ibv_wc::default()),
         inner,
         ctx,
         channel: ch,
@@ -102,12 +128,13 @@ export! {"IBVERBS_1.1" fn ibv_create_cq(context: *mut ibv_context, cqe: c_int, c
         c.add_user(1);
         let shared = shared.clone();
         let at = p as usize;
-        cq.inner.set_event_hook(Some(Arc::new(move || shared.push(at))));
+        cq.inner
+            .set_event_hook(Some(Arc::new(move || shared.push(at))));
     }
     ctx.events.add(Element::Cq, id, p as usize);
     handles::insert(p, Kind::Cq);
     p.cast()
-}}
+}
 
 export! {"IBVERBS_1.1" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int, fail = libc::EIO, {
     let Some(c) = Cq::from_ibv(cq) else { return libc::EINVAL };

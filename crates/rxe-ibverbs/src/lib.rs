@@ -36,6 +36,7 @@ pub mod compat;
 pub mod context;
 pub mod conv;
 pub mod cq;
+pub mod cq_ex;
 pub mod devices;
 pub mod errno;
 pub mod foreign;

@@ -142,6 +142,36 @@ pub struct ibv_cq {
     pub async_events_completed: u32,
 }
 
+/// The part of `struct ibv_cq_ex` after its `ibv_cq` (at byte 128):
+/// `comp_mask`, `status`, `wr_id`, then 18 function pointers
+/// (`start_poll` at 144 ... `read_completion_wallclock_ns` at 280).
+#[repr(C)]
+pub struct CqExTail {
+    pub comp_mask: u32,
+    pub status: u32,
+    pub wr_id: u64,
+    pub ops: [*mut c_void; 18],
+}
+
+/// `struct ibv_cq_ex` (288 bytes).
+#[repr(C)]
+pub struct ibv_cq_ex {
+    pub cq: ibv_cq,
+    pub ex: CqExTail,
+}
+
+#[repr(C)]
+pub struct ibv_cq_init_attr_ex {
+    pub cqe: u32,
+    pub cq_context: *mut c_void,
+    pub channel: *mut ibv_comp_channel,
+    pub comp_vector: u32,
+    pub wc_flags: u64,
+    pub comp_mask: u32,
+    pub flags: u32,
+    pub parent_domain: *mut c_void,
+}
+
 #[repr(C)]
 pub struct ibv_srq {
     pub context: *mut ibv_context,
@@ -521,6 +551,20 @@ pub const CHECKED_LAYOUT: &[(&str, &str, usize)] = &[
     ("ibv_cq", "cond", 72),
     ("ibv_cq", "comp_events_completed", 120),
     ("ibv_cq", "async_events_completed", 124),
+    ("ibv_cq_ex", "", 288),
+    ("ibv_cq_ex", "comp_mask", 128),
+    ("ibv_cq_ex", "status", 132),
+    ("ibv_cq_ex", "wr_id", 136),
+    ("ibv_cq_ex", "start_poll", 144),
+    ("ibv_cq_ex", "read_dlid_path_bits", 240),
+    ("ibv_cq_ex", "read_completion_wallclock_ns", 280),
+    ("ibv_cq_init_attr_ex", "", 56),
+    ("ibv_cq_init_attr_ex", "channel", 16),
+    ("ibv_cq_init_attr_ex", "comp_vector", 24),
+    ("ibv_cq_init_attr_ex", "wc_flags", 32),
+    ("ibv_cq_init_attr_ex", "comp_mask", 40),
+    ("ibv_cq_init_attr_ex", "flags", 44),
+    ("ibv_cq_init_attr_ex", "parent_domain", 48),
     ("ibv_srq", "", 128),
     ("ibv_srq", "srq_context", 8),
     ("ibv_srq", "pd", 16),

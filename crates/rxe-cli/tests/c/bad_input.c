@@ -157,6 +157,50 @@ int main(void)
 		CHECK(ibv_destroy_qp(qpx) == 0, "destroy qp ex");
 	}
 
+	/* Moving a QP to ERR flushes its posted receive (r1) into the CQ. */
+	qa.qp_state = IBV_QPS_ERR;
+	CHECK(ibv_modify_qp(qp, &qa, IBV_QP_STATE) == 0 && qp->state == IBV_QPS_ERR, "to ERR");
+	int got_flush = 0;
+	for (int i = 0; i < 1000 && !got_flush; i++) {
+		int k = ibv_poll_cq(cq, 4, wc);
+		CHECK(k >= 0, "poll");
+		got_flush = k > 0 && wc[0].wr_id == 2 && wc[0].status == IBV_WC_WR_FLUSH_ERR;
+	}
+	CHECK(got_flush, "flushed receive");
+
+	/* Extended CQs: the start/next/end_poll iterator; no timestamps. */
+	struct ibv_cq_init_attr_ex cx = { .cqe = 8, .wc_flags = IBV_WC_STANDARD_FLAGS };
+	struct ibv_cq_ex *cqx = ibv_create_cq_ex(ctx, &cx);
+	CHECK(cqx, "create_cq_ex: %d", errno);
+	cx.wc_flags |= IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
+	errno = 0;
+	CHECK(!ibv_create_cq_ex(ctx, &cx) && errno == EOPNOTSUPP, "timestamps");
+	if (cqx) {
+		struct ibv_poll_cq_attr pattr = { 0 };
+		CHECK(ibv_start_poll(cqx, &pattr) == ENOENT, "empty cq_ex");
+		struct ibv_qp_init_attr ia2 = ia;
+		ia2.send_cq = ia2.recv_cq = ibv_cq_ex_to_cq(cqx);
+		struct ibv_qp *q2 = ibv_create_qp(pd, &ia2);
+		CHECK(q2, "qp on cq_ex");
+		struct ibv_recv_wr r3 = { .wr_id = 33, .sg_list = &sge, .num_sge = 1 };
+		qa.qp_state = IBV_QPS_INIT;
+		CHECK(q2 && ibv_modify_qp(q2, &qa, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0, "q2 INIT");
+		CHECK(q2 && ibv_post_recv(q2, &r3, &bad_r) == 0, "q2 recv");
+		qa.qp_state = IBV_QPS_ERR;
+		CHECK(q2 && ibv_modify_qp(q2, &qa, IBV_QP_STATE) == 0, "q2 ERR");
+		int r = ENOENT;
+		for (int i = 0; i < 1000 && r == ENOENT; i++)
+			r = ibv_start_poll(cqx, &pattr);
+		CHECK(r == 0 && cqx->wr_id == 33 && cqx->status == IBV_WC_WR_FLUSH_ERR
+		      && ibv_wc_read_qp_num(cqx) == q2->qp_num, "flush through start_poll");
+		if (r == 0) {
+			CHECK(ibv_next_poll(cqx) == ENOENT, "one completion");
+			ibv_end_poll(cqx);
+		}
+		CHECK(ibv_destroy_qp(q2) == 0, "destroy q2");
+		CHECK(ibv_destroy_cq(ibv_cq_ex_to_cq(cqx)) == 0, "destroy cq_ex");
+	}
+
 	CHECK(ibv_destroy_qp(qp) == 0, "destroy qp");
 	CHECK(ibv_destroy_qp(qp) == EINVAL, "destroy qp twice");
 	CHECK(ibv_destroy_cq(cq) == 0, "destroy cq");
