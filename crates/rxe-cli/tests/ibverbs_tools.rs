@@ -448,11 +448,14 @@ fn perftest_between_two_copies() {
 #[test]
 fn perftest_against_rxe_perf_both_ways() {
     let _serial = serial();
-    let cases: [(&str, &[&str]); 4] = [
+    let cases: [(&str, &[&str]); 7] = [
         ("ib_write_bw", &["write"]),
         ("ib_read_bw", &["read"]),
         ("ib_send_bw", &["send"]),
+        ("ib_atomic_bw", &["atomic"]),
         ("ib_write_lat", &["write", "--lat"]),
+        ("ib_read_lat", &["read", "--lat"]),
+        ("ib_send_lat", &["send", "--lat"]),
     ];
     for (i, (prog, rxe_args)) in cases.into_iter().enumerate() {
         if !have(prog) {
@@ -479,7 +482,12 @@ fn perftest_against_rxe_perf_both_ways() {
         let c = support::run(&r, T);
         let s = server.finish(T);
         assert!(c.ok(), "{c:#?}");
-        check_perf(&s);
+        // ib_read_lat's server only serves: the client reports.
+        if prog == "ib_read_lat" {
+            assert!(s.ok(), "{s:#?}");
+        } else {
+            check_perf(&s);
+        }
         // rxe perf serves, the Debian tool connects.
         let port = (19161 + 2 * i as u16).to_string();
         let mut r = vec!["perf"];
@@ -556,4 +564,70 @@ fn bad_input_from_c_fails_as_rdma_core_does() {
     let f = exec("127.0.110.20", exe.to_str().unwrap(), &[]).finish(T);
     assert!(f.ok() && f.stdout == ["OK"], "{f:#?}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn uc_ud_and_srq_pingpong_against_rxe_pingpong_both_ways() {
+    let _serial = serial();
+    // srq: no --chk-echo (the tool's QPs share one buffer, so what comes
+    // back is not one message).
+    let cases: [(&str, &str, &[&str], u64); 3] = [
+        ("ibv_uc_pingpong", "uc", &["--chk-echo"], 4096),
+        ("ibv_ud_pingpong", "ud", &["-s", "1024", "--chk-echo"], 1024),
+        ("ibv_srq_pingpong", "srq", &["-q", "2"], 4096),
+    ];
+    for (i, (prog, kind, rxe_extra, size)) in cases.into_iter().enumerate() {
+        if !have(prog) {
+            return;
+        }
+        let tool_extra: Vec<&str> = rxe_extra
+            .iter()
+            .copied()
+            .filter(|a| *a != "--chk-echo")
+            .collect();
+        let port = (19180 + 2 * i as u16).to_string();
+        // rxe serves, the Debian tool connects.
+        let mut a = vec![
+            "pingpong",
+            kind,
+            "--ip",
+            "127.0.110.21",
+            "-p",
+            &port,
+            "-n",
+            "50",
+        ];
+        a.extend_from_slice(rxe_extra);
+        let mut server = Rxe::spawn(&a);
+        server.wait_for_line("  local address:", T);
+        let mut t = vec!["-d", "rxe0", "-g", "0", "-p", &port, "-n", "50"];
+        t.extend_from_slice(&tool_extra);
+        t.push("127.0.110.21");
+        let c = exec("127.0.110.22", prog, &t).finish(T);
+        let s = server.finish(T);
+        check_pingpong(&c, "127.0.110.21", size, 50);
+        assert!(s.ok(), "{s:#?}");
+        // The Debian tool serves, rxe connects.
+        let port = (19181 + 2 * i as u16).to_string();
+        let mut t = vec!["-d", "rxe0", "-g", "0", "-p", &port, "-n", "50"];
+        t.extend_from_slice(&tool_extra);
+        let mut server = exec("127.0.110.23", prog, &t);
+        wait_listening(port.parse().unwrap(), &mut server);
+        let mut a = vec![
+            "pingpong",
+            kind,
+            "--ip",
+            "127.0.110.24",
+            "-p",
+            &port,
+            "-n",
+            "50",
+        ];
+        a.extend_from_slice(rxe_extra);
+        a.push("127.0.0.1");
+        let c = support::run(&a, T);
+        let s = server.finish(T);
+        check_pingpong(&s, "127.0.110.24", size, 50);
+        assert!(c.ok(), "{c:#?}");
+    }
 }
