@@ -115,10 +115,21 @@ fn lib_dir() -> Result<PathBuf> {
     }
     let exe = std::env::current_exe().context("cannot find this executable")?;
     let dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
-    for d in [dir.clone(), dir.join("deps")] {
-        if has(&d) {
-            return Ok(d);
-        }
+    // Both may exist (cargo copies a workspace member's library up from
+    // deps/ only when it is built for itself): take the newer, so that a
+    // stale copy never wins over a fresh build.
+    let modified = |d: &Path| {
+        std::fs::metadata(d.join(LIBS[0].0))
+            .or_else(|_| std::fs::metadata(d.join(LIBS[0].1)))
+            .and_then(|m| m.modified())
+            .ok()
+    };
+    if let Some(d) = [dir.clone(), dir.join("deps")]
+        .into_iter()
+        .filter(|d| has(d))
+        .max_by_key(|d| modified(d))
+    {
+        return Ok(d);
     }
     bail!(
         "no libibverbs.so next to {} (build it with `cargo build -p rxe-ibverbs -p rxe-stub-mlx5 -p rxe-stub-efa`, or set RXE_LIB_DIR)",

@@ -47,12 +47,16 @@ fn have(name: &str) -> bool {
 fn lib_dir() -> PathBuf {
     let exe = PathBuf::from(env!("CARGO_BIN_EXE_rxe"));
     let dir = exe.parent().unwrap().to_path_buf();
-    for d in [dir.clone(), dir.join("deps")] {
-        if d.join("libibverbs.so").exists() {
-            return d;
-        }
-    }
-    panic!("no libibverbs.so near {}", exe.display());
+    // The newer of the two, as `rxe exec` chooses.
+    [dir.clone(), dir.join("deps")]
+        .into_iter()
+        .filter(|d| d.join("libibverbs.so").exists())
+        .max_by_key(|d| {
+            std::fs::metadata(d.join("libibverbs.so"))
+                .and_then(|m| m.modified())
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no libibverbs.so near {}", exe.display()))
 }
 
 /// Whether a TCP socket listens on `port` (from /proc/net/tcp), so that a
@@ -196,6 +200,18 @@ fn the_library_exports_what_debian_binaries_import() {
         assert!(
             String::from_utf8_lossy(&d.stdout).contains(&format!("[{soname}]")),
             "{f}"
+        );
+    }
+    // Under rxe exec, the loader takes ours and never the system's.
+    if Path::new("/usr/bin/ib_write_bw").exists() {
+        let l = exec("127.0.110.2", "ldd", &["/usr/bin/ib_write_bw"]).finish(T);
+        assert!(l.ok(), "{l:#?}");
+        let t = l.text();
+        assert!(
+            t.contains("rxe-lib")
+                && t.contains("/libibverbs.so.1 (")
+                && !t.contains("libibverbs.so.1 => /"),
+            "{t}"
         );
     }
     let mlx5 = dump(&lib_dir().join("libmlx5.so"));
