@@ -259,6 +259,14 @@ fn ibv_devices_and_ibv_devinfo_see_the_device() {
             .map(|l| l.split_whitespace().last().unwrap().to_string())
     };
     assert_eq!(guid(&t), guid(&info.text()));
+    // Field for field what `rxe info -v` says, but for rxe's two additions.
+    for l in info.stdout.iter().filter(|l| {
+        !l.trim().is_empty()
+            && !l.starts_with("\tmax_inline_data:")
+            && !l.starts_with("\t\t\tnetdev:")
+    }) {
+        assert!(f.stdout.contains(l), "ibv_devinfo -v lacks {l:?}:\n{t}");
+    }
 }
 
 #[test]
