@@ -437,28 +437,27 @@ fn check_perf(f: &Finished) {
 #[test]
 fn perftest_between_two_copies() {
     let _serial = serial();
-    for (i, prog) in [
-        "ib_write_bw",
-        "ib_read_bw",
-        "ib_send_bw",
-        "ib_atomic_bw",
-        "ib_write_lat",
-        "ib_read_lat",
-        "ib_send_lat",
-    ]
-    .into_iter()
-    .enumerate()
-    {
+    // RC for every test; UD sends (address handles from the completion,
+    // ibv_create_ah_from_wc) and a UC write.
+    let cases: [(&str, &[&str]); 10] = [
+        ("ib_write_bw", &[]),
+        ("ib_read_bw", &[]),
+        ("ib_send_bw", &[]),
+        ("ib_atomic_bw", &[]),
+        ("ib_write_lat", &[]),
+        ("ib_read_lat", &[]),
+        ("ib_send_lat", &[]),
+        ("ib_send_bw", &["-c", "UD"]),
+        ("ib_send_lat", &["-c", "UD"]),
+        ("ib_write_bw", &["-c", "UC"]),
+    ];
+    for (i, (prog, extra)) in cases.into_iter().enumerate() {
         if !have(prog) {
             return;
         }
-        let (s, c) = tools(
-            prog,
-            "127.0.110.13",
-            "127.0.110.14",
-            19150 + i as u16,
-            &["-d", "rxe0", "-x", "0", "-F", "-n", "100"],
-        );
+        let mut a = vec!["-d", "rxe0", "-x", "0", "-F", "-n", "100"];
+        a.extend_from_slice(extra);
+        let (s, c) = tools(prog, "127.0.110.13", "127.0.110.14", 19150 + i as u16, &a);
         // ib_read_lat's server only serves: the client reports.
         if prog == "ib_read_lat" {
             assert!(s.ok(), "{s:#?}");
@@ -537,15 +536,15 @@ fn a_second_process_on_a_busy_address_is_told_what_to_do() {
     let mut first = exec(
         "127.0.110.19",
         "ibv_rc_pingpong",
-        &["-d", "rxe0", "-g", "0", "-p", "19170"],
+        &["-d", "rxe0", "-g", "0", "-p", "19176"],
     );
-    wait_listening(19170, &mut first);
+    wait_listening(19176, &mut first);
     // The first holds 127.0.110.19:4791 now; a second process on the same
     // address cannot create its PD.
     let second = exec(
         "127.0.110.19",
         "ibv_rc_pingpong",
-        &["-d", "rxe0", "-g", "0", "-p", "19171"],
+        &["-d", "rxe0", "-g", "0", "-p", "19177"],
     )
     .finish(T);
     assert!(!second.ok(), "{second:#?}");
