@@ -10,6 +10,7 @@ mod busy_poll;
 mod demo;
 mod devices;
 mod dissect;
+mod exec;
 mod ibv_format;
 mod info;
 mod options;
@@ -54,6 +55,11 @@ enum Command {
     Demo(demo::Args),
     /// Decode every RoCE packet (RoCEv2, RoCEv1, native IB) in a pcap or pcapng file.
     Dissect(dissect::Args),
+    /// Run an unmodified libibverbs program (ibv_devinfo, ibv_rc_pingpong,
+    /// perftest, ...) over rxe: `rxe exec --ip 127.0.0.2 -- ib_write_bw
+    /// -d rxe0 -x 0 ...`. The devices run inside the program, one address
+    /// per process; see docs/ibverbs.md.
+    Exec(exec::Args),
 }
 
 fn main() -> ExitCode {
@@ -65,6 +71,7 @@ fn main() -> ExitCode {
         Command::Perf(args) => perf::run(&args),
         Command::Demo(args) => demo::run(&args),
         Command::Dissect(args) => dissect::run(&args),
+        Command::Exec(args) => exec::run(&args),
     };
     match result {
         Ok(code) => code,

@@ -17,11 +17,12 @@ pub enum AtomicCap {
 
 /// Device capability flags (`IBV_DEVICE_*` bits that rxe has).
 pub mod device_cap {
-    pub const BAD_PKEY_CNTR: u32 = 1 << 0;
-    pub const BAD_QKEY_CNTR: u32 = 1 << 1;
-    pub const SHUTDOWN_PORT: u32 = 1 << 4;
-    pub const SYS_IMAGE_GUID: u32 = 1 << 10;
-    pub const RC_RNR_NAK_GEN: u32 = 1 << 11;
+    // The bit numbers of verbs.h's enum ibv_device_cap_flags.
+    pub const BAD_PKEY_CNTR: u32 = 1 << 1;
+    pub const BAD_QKEY_CNTR: u32 = 1 << 2;
+    pub const SHUTDOWN_PORT: u32 = 1 << 8;
+    pub const SYS_IMAGE_GUID: u32 = 1 << 11;
+    pub const RC_RNR_NAK_GEN: u32 = 1 << 12;
     pub const SRQ_RESIZE: u32 = 1 << 13;
     pub const N_NOTIFY_CQ: u32 = 1 << 14;
     pub const MEM_MGT_EXTENSIONS: u32 = 1 << 21;

@@ -36,8 +36,15 @@ struct CqState {
     wakers: Vec<Waker>,
 }
 
+/// Called when a CQ raises a notification event (an armed request fired,
+/// or the CQ overran), after the CQ's own lock is released: the drop-in
+/// `libibverbs.so.1` queues the event on the CQ's completion channel. It
+/// may run on the device's driver thread or on an application thread that
+/// is inside a verb, possibly with the device lock held, so it must only
+/// take leaf locks and never call back into the verbs.
+pub type CqEventHook = Arc<dyn Fn() + Send + Sync>;
+
 /// The part of a CQ that the device's engine holds.
-#[derive(Debug)]
 pub(crate) struct CqShared {
     pub id: u32,
     pub depth: u32,
@@ -47,6 +54,16 @@ pub(crate) struct CqShared {
     /// destroyed).
     pub users: AtomicUsize,
     pub destroyed: AtomicBool,
+    hook: Mutex<Option<CqEventHook>>,
+}
+
+impl std::fmt::Debug for CqShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CqShared")
+            .field("id", &self.id)
+            .field("depth", &self.depth)
+            .finish()
+    }
 }
 
 impl CqShared {
@@ -58,6 +75,15 @@ impl CqShared {
             cond: Condvar::new(),
             users: AtomicUsize::new(0),
             destroyed: AtomicBool::new(false),
+            hook: Mutex::new(None),
+        }
+    }
+
+    /// Runs the event hook, if any (with no CQ lock held).
+    fn fire_hook(&self) {
+        let hook = self.hook.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some(h) = hook {
+            h();
         }
     }
 
@@ -73,6 +99,10 @@ impl CqShared {
             // The overrun itself wakes waiters, so that they see the error.
             s.events += 1;
             self.wake(&mut s);
+            drop(s);
+            if first {
+                self.fire_hook();
+            }
             return !first;
         }
         s.wcs.push_back(wc);
@@ -87,6 +117,8 @@ impl CqShared {
             s.armed = None;
             s.events += 1;
             self.wake(&mut s);
+            drop(s);
+            self.fire_hook();
         }
         true
     }
@@ -179,6 +211,12 @@ impl Cq {
         if self.shared.state.lock().unwrap().wcs.is_empty() {
             self.dev.progress();
         }
+    }
+
+    /// Calls `hook` at every notification event from now on (`None`
+    /// removes it): see [`CqEventHook`].
+    pub fn set_event_hook(&self, hook: Option<CqEventHook>) {
+        *self.shared.hook.lock().unwrap_or_else(|e| e.into_inner()) = hook;
     }
 
     /// Completions lost to an overrun.
@@ -280,5 +318,40 @@ impl Future for Notified<'_> {
             s.wakers.push(cx.waker().clone());
         }
         Poll::Pending
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rxe_core::transport::{WcOpcode, WorkQueue};
+
+    fn wc(queue: WorkQueue) -> WorkCompletion {
+        WorkCompletion::new(1, WcStatus::Success, WcOpcode::Send, 7, queue)
+    }
+
+    #[test]
+    fn the_event_hook_fires_once_per_armed_notification_and_at_overrun() {
+        let cq = CqShared::new(1, 2);
+        let fired = Arc::new(AtomicUsize::new(0));
+        let f = fired.clone();
+        *cq.hook.lock().unwrap() = Some(Arc::new(move || {
+            f.fetch_add(1, Ordering::SeqCst);
+        }));
+        assert!(cq.push(wc(WorkQueue::Send), false));
+        assert_eq!(fired.load(Ordering::SeqCst), 0, "not armed");
+        cq.state.lock().unwrap().armed = Some(NotifyKind::SolicitedOnly);
+        cq.state.lock().unwrap().wcs.clear();
+        assert!(cq.push(wc(WorkQueue::Recv), false));
+        assert_eq!(fired.load(Ordering::SeqCst), 0, "not solicited");
+        assert!(cq.push(wc(WorkQueue::Recv), true));
+        assert_eq!(fired.load(Ordering::SeqCst), 1, "solicited receive");
+        // Full (depth 2): the overrun fires once.
+        assert!(!cq.push(wc(WorkQueue::Send), false));
+        assert!(
+            cq.push(wc(WorkQueue::Send), false),
+            "later losses are not new overruns"
+        );
+        assert_eq!(fired.load(Ordering::SeqCst), 2);
     }
 }

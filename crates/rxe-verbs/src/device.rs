@@ -53,7 +53,50 @@ pub struct DeviceConfig {
     pub capture: Option<std::path::PathBuf>,
 }
 
+/// What a device on a target would report, read from the host without
+/// binding anything ([`DeviceConfig::probe`]): `ibv_get_device_list` and
+/// the queries of a device that is not open yet.
+#[derive(Debug, Clone)]
+pub struct Probe {
+    pub attr: DeviceAttr,
+    pub port: PortAttr,
+    /// The GID table as [`Device::add`] would fill it now.
+    pub gids: Vec<[u8; 16]>,
+    /// The interface's kernel index (0 when unknown).
+    pub ifindex: u32,
+}
+
 impl DeviceConfig {
+    /// Reads what a device on this target would be (node GUID, limits,
+    /// port, GIDs) without binding its sockets, so that a device can be
+    /// listed and queried while another process holds its port.
+    pub fn probe(&self) -> Result<Probe> {
+        let d = match discover(&self.target) {
+            Some(d) => d,
+            None => match &self.target {
+                Target::Interface(n) => return Err(VerbsError::NoSuchInterface(n.clone())),
+                Target::Address(ip) => return Err(VerbsError::AddressNotLocal(*ip)),
+            },
+        };
+        let bind: Vec<IpAddr> = match &self.target {
+            Target::Address(ip) => vec![*ip],
+            Target::Interface(_) => d.addrs.clone(),
+        };
+        let attr = DeviceAttr::rxe(node_guid(d.mac, bind.first().copied()));
+        let state = if d.addrs.is_empty() {
+            PortState::Down
+        } else {
+            PortState::Active
+        };
+        let port = port_attr(state, d.mtu, d.netdev, &attr);
+        Ok(Probe {
+            attr,
+            port,
+            gids: bind.into_iter().map(gid_of).collect(),
+            ifindex: d.ifindex,
+        })
+    }
+
     pub fn on_address(ip: IpAddr) -> DeviceConfig {
         DeviceConfig {
             name: None,
@@ -131,6 +174,7 @@ struct Discovered {
     netdev: String,
     mtu: u32,
     mac: Option<[u8; 6]>,
+    ifindex: u32,
 }
 
 /// Addresses a device on `target` should have now, with the interface's
@@ -141,6 +185,7 @@ fn discover(target: &Target) -> Option<Discovered> {
         netdev: i.name,
         mtu: i.mtu,
         mac: i.mac,
+        ifindex: i.index,
     };
     match target {
         Target::Address(ip) => match rxe_net::netif::interface_for_addr(*ip) {
@@ -153,6 +198,7 @@ fn discover(target: &Target) -> Option<Discovered> {
                 netdev: String::new(),
                 mtu: 0,
                 mac: None,
+                ifindex: 0,
             }),
         },
         Target::Interface(name) => {
@@ -192,6 +238,26 @@ fn node_guid(mac: Option<[u8; 6]>, first: Option<IpAddr>) -> u64 {
     }
 }
 
+/// The port's attributes for a port in `state` on an interface of MTU
+/// `netdev_mtu` (0: unknown, taken as 1500).
+fn port_attr(state: PortState, netdev_mtu: u32, netdev: String, attr: &DeviceAttr) -> PortAttr {
+    PortAttr {
+        state,
+        max_mtu: PathMtu::Mtu4096,
+        active_mtu: rxe_net::netif::mtu_to_ib(if netdev_mtu == 0 { 1500 } else { netdev_mtu }),
+        netdev_mtu,
+        gid_tbl_len: GID_TABLE_LEN,
+        pkey_tbl_len: attr.max_pkeys,
+        max_msg_sz: attr.max_msg_sz,
+        lid: 0,
+        sm_lid: 0,
+        active_width: 1,
+        active_speed: 1,
+        link_layer: LinkLayer::Ethernet,
+        netdev,
+    }
+}
+
 /// Where a new device starts numbering QPs: different each time (std's
 /// randomly keyed hasher over the name and the clock), so that a peer
 /// still retransmitting to a QP of an earlier run does not reach a new QP
@@ -222,6 +288,7 @@ impl Device {
             netdev,
             mtu: netdev_mtu,
             mac,
+            ..
         } = match discover(&config.target) {
             Some(d) => d,
             None => match &config.target {
@@ -356,25 +423,7 @@ impl Device {
     pub fn query_port(&self, port: u8) -> Result<PortAttr> {
         self.check_port(port)?;
         let p = self.0.port.lock().unwrap().clone();
-        Ok(PortAttr {
-            state: p.state,
-            max_mtu: PathMtu::Mtu4096,
-            active_mtu: rxe_net::netif::mtu_to_ib(if p.netdev_mtu == 0 {
-                1500
-            } else {
-                p.netdev_mtu
-            }),
-            netdev_mtu: p.netdev_mtu,
-            gid_tbl_len: GID_TABLE_LEN,
-            pkey_tbl_len: self.0.attr.max_pkeys,
-            max_msg_sz: self.0.attr.max_msg_sz,
-            lid: 0,
-            sm_lid: 0,
-            active_width: 1,
-            active_speed: 1,
-            link_layer: LinkLayer::Ethernet,
-            netdev: p.netdev,
-        })
+        Ok(port_attr(p.state, p.netdev_mtu, p.netdev, &self.0.attr))
     }
 
     /// `ibv_query_gid`.

@@ -16,7 +16,7 @@ use rxe_core::transport::{AccessFlags, Sge};
 use crate::error::{ObjectKind, Result, VerbsError};
 use crate::mr_table::MrShared;
 use crate::pd::{Pd, PdShared};
-use crate::shared_buffer::SharedBuffer;
+use crate::shared_buffer::{RegionBytes, SharedBuffer};
 
 /// A registered memory region.
 #[derive(Clone)]
@@ -44,21 +44,38 @@ impl Pd {
     /// region keeps it. The application gets its bytes back from
     /// [`Mr::dereg`].
     pub fn reg_mr(&self, data: Vec<u8>, access: AccessFlags) -> Result<Mr> {
-        self.reg(SharedBuffer::from_slice(&data), None, access)
+        self.reg(Arc::new(SharedBuffer::from_slice(&data)), None, access)
+    }
+
+    /// Registers bytes that someone else owns (`bytes`), at `iova` or, if
+    /// `None`, at [`RegionBytes::base_addr`]. This is how the drop-in
+    /// `libibverbs.so.1` registers an application's own memory in place;
+    /// [`Mr::dereg`] then returns a copy, and the owner keeps the bytes.
+    pub fn reg_mr_with(
+        &self,
+        bytes: Arc<dyn RegionBytes>,
+        iova: Option<u64>,
+        access: AccessFlags,
+    ) -> Result<Mr> {
+        self.reg(bytes, iova, access)
     }
 
     /// Registers `len` zero bytes.
     pub fn reg_mr_zeroed(&self, len: usize, access: AccessFlags) -> Result<Mr> {
-        self.reg(SharedBuffer::zeroed(len), None, access)
+        self.reg(Arc::new(SharedBuffer::zeroed(len)), None, access)
     }
 
     /// Registers `data` at the I/O virtual address `iova`
     /// (`ibv_reg_mr_iova`): remote peers address it from `iova`.
     pub fn reg_mr_iova(&self, data: Vec<u8>, iova: u64, access: AccessFlags) -> Result<Mr> {
-        self.reg(SharedBuffer::from_slice(&data), Some(iova), access)
+        self.reg(
+            Arc::new(SharedBuffer::from_slice(&data)),
+            Some(iova),
+            access,
+        )
     }
 
-    fn reg(&self, buf: SharedBuffer, iova: Option<u64>, access: AccessFlags) -> Result<Mr> {
+    fn reg(&self, buf: Arc<dyn RegionBytes>, iova: Option<u64>, access: AccessFlags) -> Result<Mr> {
         self.check_live()?;
         // IBTA 10.6.3.1 (not checked against the text); ibv_reg_mr(3):
         // remote write or atomic access needs local write as well.
@@ -213,6 +230,18 @@ impl Mr {
     /// back. Work requests still in flight that name the region complete
     /// with a protection or remote access error, as on hardware.
     pub fn dereg(&self) -> Result<Vec<u8>> {
+        self.unregister()?;
+        Ok(self.shared.buf.to_vec())
+    }
+
+    /// `ibv_dereg_mr` of a region registered with [`Pd::reg_mr_with`]:
+    /// as [`Mr::dereg`], without copying the bytes out (their owner has
+    /// them).
+    pub fn dereg_in_place(&self) -> Result<()> {
+        self.unregister()
+    }
+
+    fn unregister(&self) -> Result<()> {
         self.check_live()?;
         let mut e = self.pd.dev.lock();
         if e.mem.deregister(self.shared.info.key).is_none()
@@ -222,6 +251,6 @@ impl Mr {
         }
         self.pd.shared.users.fetch_sub(1, Ordering::AcqRel);
         drop(e);
-        Ok(self.shared.buf.to_vec())
+        Ok(())
     }
 }

@@ -17,13 +17,15 @@ use rxe_core::transport::{
     RegionInfo,
 };
 
+use crate::shared_buffer::RegionBytes;
+#[cfg(test)]
 use crate::shared_buffer::SharedBuffer;
 
 /// One registered region: its description and its bytes.
 #[derive(Debug)]
 pub(crate) struct MrShared {
     pub info: RegionInfo,
-    pub buf: SharedBuffer,
+    pub buf: Arc<dyn RegionBytes>,
     /// Cleared by a SEND with Invalidate: no key names the region any more.
     pub valid: AtomicBool,
     /// Cleared by deregistration: the application's handle stops working.
@@ -56,7 +58,7 @@ impl MrTable {
         pd: u32,
         va: u64,
         access: AccessFlags,
-        buf: SharedBuffer,
+        buf: Arc<dyn RegionBytes>,
     ) -> Result<Arc<MrShared>, MemError> {
         // The region must not wrap the 64-bit address space.
         va.checked_add(buf.len() as u64).ok_or(MemError::Overflow)?;
@@ -223,7 +225,7 @@ mod tests {
     fn keys_name_slots_and_change_on_reregistration() {
         let mut t = MrTable::default();
         let a = t
-            .register(1, 0x1000, all(), SharedBuffer::zeroed(64))
+            .register(1, 0x1000, all(), Arc::new(SharedBuffer::zeroed(64)))
             .unwrap();
         let k = a.info.key;
         assert_ne!(k.index(), 0, "key 0 names nothing");
@@ -232,7 +234,7 @@ mod tests {
         assert!(t.get(k).is_none());
         assert!(t.deregister(k).is_none(), "twice");
         let b = t
-            .register(1, 0x1000, all(), SharedBuffer::zeroed(64))
+            .register(1, 0x1000, all(), Arc::new(SharedBuffer::zeroed(64)))
             .unwrap();
         assert_eq!(b.info.key.index(), k.index(), "slot reused");
         assert_ne!(b.info.key, k, "with a new key portion");
@@ -248,7 +250,7 @@ mod tests {
         let mut t = MrTable::default();
         let ro = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ;
         let m = t
-            .register(7, 0x2000, ro, SharedBuffer::zeroed(100))
+            .register(7, 0x2000, ro, Arc::new(SharedBuffer::zeroed(100)))
             .unwrap();
         let k = m.info.key;
         assert!(t
@@ -271,7 +273,7 @@ mod tests {
             Err(MemError::Overflow)
         );
         assert!(t
-            .register(7, u64::MAX - 10, ro, SharedBuffer::zeroed(100))
+            .register(7, u64::MAX - 10, ro, Arc::new(SharedBuffer::zeroed(100)))
             .is_err());
     }
 
@@ -279,7 +281,7 @@ mod tests {
     fn copies_atomics_and_invalidation() {
         let mut t = MrTable::default();
         let m = t
-            .register(1, 0x8000, all(), SharedBuffer::zeroed(64))
+            .register(1, 0x8000, all(), Arc::new(SharedBuffer::zeroed(64)))
             .unwrap();
         let k = m.info.key;
         let r = t
@@ -326,7 +328,7 @@ mod tests {
         let mut t = MrTable::default();
         // va 0x9004 at buffer offset 0: the aligned va 0x9008 is offset 4.
         let m = t
-            .register(1, 0x9004, all(), SharedBuffer::zeroed(32))
+            .register(1, 0x9004, all(), Arc::new(SharedBuffer::zeroed(32)))
             .unwrap();
         m.buf.write(4, &40u64.to_ne_bytes()).unwrap();
         assert!(m.buf.word(4).is_none());
@@ -343,7 +345,12 @@ mod tests {
     fn a_region_without_remote_rights_has_no_rkey() {
         let mut t = MrTable::default();
         let m = t
-            .register(1, 0, AccessFlags::LOCAL_WRITE, SharedBuffer::zeroed(8))
+            .register(
+                1,
+                0,
+                AccessFlags::LOCAL_WRITE,
+                Arc::new(SharedBuffer::zeroed(8)),
+            )
             .unwrap();
         assert!(t
             .check(m.info.key, 1, false, AccessFlags::LOCAL_WRITE, 0, 8)

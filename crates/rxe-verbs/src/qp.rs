@@ -114,6 +114,14 @@ impl Pd {
                 "a QP needs at least one send and one receive entry".into(),
             ));
         }
+        // As kernel rxe: a send WQE is large enough for max_send_sge SGEs
+        // of 16 bytes, and inline data may use all of it, so the QP
+        // reports that much inline room even when less was asked for
+        // (ibv_rc_pingpong reads it back to decide on IBV_SEND_INLINE).
+        let mut c = c;
+        c.max_inline_data = c
+            .max_inline_data
+            .max((c.max_send_sge.max(1) * 16).min(max.max_inline_data));
         let mut e = self.dev.lock();
         if e.counts.qp >= max.max_qp {
             return Err(VerbsError::LimitReached {

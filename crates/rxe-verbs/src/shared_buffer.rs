@@ -28,6 +28,88 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+/// The bytes of a registered region, as the device reaches them: a
+/// [`SharedBuffer`] that the region owns, or (in the drop-in
+/// `libibverbs.so.1`) the application's own memory, read and written in
+/// place. Implementations must make concurrent calls defined behaviour
+/// (relaxed atomic accesses, as [`SharedBuffer`] does), because the
+/// application and the device touch the bytes at the same time.
+pub trait RegionBytes: Send + Sync + std::fmt::Debug {
+    /// The number of bytes.
+    fn len(&self) -> usize;
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The address of the first byte, the region's default virtual address.
+    fn base_addr(&self) -> u64;
+
+    /// Copies `dst.len()` bytes starting at `offset` into `dst`.
+    fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), OutOfRange>;
+
+    /// Copies `src` to the bytes starting at `offset`.
+    fn write(&self, offset: usize, src: &[u8]) -> Result<(), OutOfRange>;
+
+    /// The aligned 8-byte word at `offset`, for atomics; `None` if the word
+    /// at `offset` is not 8-byte aligned in memory or not inside.
+    fn word(&self, offset: usize) -> Option<&AtomicU64>;
+
+    /// Sets `len` bytes at `offset` to `value`.
+    fn fill(&self, offset: usize, len: usize, value: u8) -> Result<(), OutOfRange> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len() => {}
+            _ => {
+                return Err(OutOfRange {
+                    offset,
+                    len,
+                    size: self.len(),
+                })
+            }
+        }
+        let chunk = [value; 256];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(chunk.len());
+            self.write(offset + done, &chunk[..n])?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// The contents as an ordinary vector.
+    fn to_vec(&self) -> Vec<u8> {
+        let mut v = vec![0u8; self.len()];
+        // The whole range is in bounds by construction.
+        let _ = self.read(0, &mut v);
+        v
+    }
+}
+
+impl RegionBytes for SharedBuffer {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn base_addr(&self) -> u64 {
+        SharedBuffer::base_addr(self)
+    }
+    fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), OutOfRange> {
+        SharedBuffer::read(self, offset, dst)
+    }
+    fn write(&self, offset: usize, src: &[u8]) -> Result<(), OutOfRange> {
+        SharedBuffer::write(self, offset, src)
+    }
+    fn word(&self, offset: usize) -> Option<&AtomicU64> {
+        SharedBuffer::word(self, offset)
+    }
+    fn fill(&self, offset: usize, len: usize, value: u8) -> Result<(), OutOfRange> {
+        SharedBuffer::fill(self, offset, len, value)
+    }
+    fn to_vec(&self) -> Vec<u8> {
+        SharedBuffer::to_vec(self)
+    }
+}
+
 /// Bytes shared between the application and the device; see the module
 /// documentation for the contract.
 #[derive(Debug)]
