@@ -1,5 +1,6 @@
 //! The management datagrams inside RoCE packets, for `rxe dissect`: a UD
-//! packet to QP1 carries one MAD (IBTA 13.5.1, not checked against the text),
+//! packet to QP1, the general services interface, carries one MAD (IBTA
+//! chapter 13, not checked against the text; so do all of `rping.pcap`'s),
 //! and the CM's (class 0x07) are explained field by field with rxe-cm's
 //! tables. rxe-core knows nothing of MADs (rxe-cm depends on it, not the
 //! other way round), so this layer lives here.
@@ -10,7 +11,8 @@ use std::net::IpAddr;
 
 use rxe_cm::ip_cm::{self, IpCmHeader, PortSpace};
 use rxe_cm::mad::{
-    self, attr, header::MadHeader, method, CmMad, CmMessage, MadDescription, MGMT_CLASS_CM,
+    self, attr, header::MadHeader, method, CmMad, CmMessage, MadDescription, MessageMraed,
+    MessageRejected, MGMT_CLASS_CM,
 };
 use rxe_core::wire::dissect::Dissection;
 use rxe_core::wire::field::FieldValue;
@@ -243,8 +245,14 @@ fn summarize_cm(s: &mut String, cm: &CmMad) {
             let code = r.reason.code();
             let _ = write!(
                 s,
-                " comm_id={:#010x} remote={:#010x} of={:?} reason={code}",
-                r.local_comm_id, r.remote_comm_id, r.message_rejected
+                " comm_id={:#010x} remote={:#010x} of={} reason={code}",
+                r.local_comm_id,
+                r.remote_comm_id,
+                match r.message_rejected {
+                    MessageRejected::Req => "REQ",
+                    MessageRejected::Rep => "REP",
+                    MessageRejected::Other => "none",
+                }
             );
             if let Some(n) = r.reason.name() {
                 let _ = write!(s, " ({n})");
@@ -253,8 +261,15 @@ fn summarize_cm(s: &mut String, cm: &CmMad) {
         CmMessage::Mra(r) => {
             let _ = write!(
                 s,
-                " comm_id={:#010x} remote={:#010x} of={:?} service_timeout={}",
-                r.local_comm_id, r.remote_comm_id, r.message_mraed, r.service_timeout
+                " comm_id={:#010x} remote={:#010x} of={} service_timeout={}",
+                r.local_comm_id,
+                r.remote_comm_id,
+                match r.message_mraed {
+                    MessageMraed::Req => "REQ",
+                    MessageMraed::Rep => "REP",
+                    MessageMraed::Lap => "LAP",
+                },
+                r.service_timeout
             );
         }
         CmMessage::SidrReq(r) => {
@@ -467,4 +482,158 @@ pub(crate) fn to_json(m: &FoundMad<'_>) -> Value {
         }
     }
     Value::Object(o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rxe_cm::ip_cm::{service_id, IpCmHeader, PortSpace};
+    use rxe_cm::mad::{DreqRepr, MraRepr, PrivateData, RejRepr, RejectReason, SidrReqRepr};
+    use rxe_cm::{CmConfig, CmEndpoint, ConnectParams};
+    use rxe_core::transport::Instant;
+    use std::net::Ipv6Addr;
+
+    fn samples() -> Vec<[u8; mad::MAD_LEN]> {
+        let ip = IpCmHeader {
+            src_port: 4000,
+            src: "::1".parse().unwrap(),
+            dst: "::1".parse().unwrap(),
+        };
+        let sid = service_id(PortSpace::Tcp, 7174);
+        // The REQ as the endpoint builds it.
+        let gid = Ipv6Addr::LOCALHOST.octets();
+        let mut p = ConnectParams::rc(sid, 0x24, 0x123, gid, gid);
+        p.private_data = ip.with_user_data(b"x", mad::req::PRIVATE_DATA_LEN).unwrap();
+        let mut ep = CmEndpoint::new(CmConfig::new(1));
+        ep.connect(Instant::from_nanos(1), p).unwrap();
+        let (_, req) = ep.poll_transmit().unwrap();
+        let sidr = SidrReqRepr {
+            request_id: 9,
+            pkey: 0xffff,
+            service_id: service_id(PortSpace::Udp, 1),
+            private_data: PrivateData::from_slice(
+                "SIDR_REQ",
+                &ip.with_user_data(&[], mad::sidr::REQ_PRIVATE_DATA_LEN)
+                    .unwrap(),
+            )
+            .unwrap(),
+        };
+        let rej = RejRepr {
+            local_comm_id: 1,
+            remote_comm_id: 2,
+            message_rejected: MessageRejected::Rep,
+            reject_info_length: 0,
+            reason: RejectReason::StaleConn,
+            ari: [0; 72],
+            private_data: PrivateData::default(),
+        };
+        let mra = MraRepr {
+            local_comm_id: 1,
+            remote_comm_id: 2,
+            message_mraed: MessageMraed::Req,
+            service_timeout: 24,
+            private_data: PrivateData::default(),
+        };
+        let dreq = DreqRepr {
+            local_comm_id: 1,
+            remote_comm_id: 2,
+            remote_qpn_eecn: 0x28,
+            private_data: PrivateData::default(),
+        };
+        let mut v = vec![req];
+        v.extend(
+            [
+                CmMessage::SidrReq(sidr),
+                CmMessage::Rej(rej),
+                CmMessage::Mra(mra),
+                CmMessage::Dreq(dreq),
+            ]
+            .into_iter()
+            .map(|m| CmMad::send(0x42, m).to_bytes()),
+        );
+        v
+    }
+
+    fn found(bytes: &[u8]) -> FoundMad<'_> {
+        FoundMad {
+            offset: 62,
+            bytes,
+            kind: classify(bytes),
+        }
+    }
+
+    /// Everything `rxe dissect` does with a MAD, into a sink.
+    fn exercise(bytes: &[u8]) -> String {
+        let m = found(bytes);
+        let mut out = Vec::new();
+        write_tree(&mut out, &m).unwrap();
+        let _ = to_json(&m);
+        let _ = m.problem();
+        summary(&m)
+    }
+
+    #[test]
+    fn summaries_of_built_mads() {
+        let s = samples();
+        assert_eq!(
+            exercise(&s[0]),
+            "CM REQ comm_id=0x00000001 svc=0x0000000001061c06 (RDMA_PS_TCP port 7174) \
+             qpn=0x24 psn=0x123 from [::1]:4000 to ::1"
+        );
+        assert_eq!(
+            exercise(&s[1]),
+            "CM SIDR_REQ req_id=0x00000009 svc=0x0000000001110001 (RDMA_PS_UDP port 1) \
+             from [::1]:4000 to ::1"
+        );
+        assert_eq!(
+            exercise(&s[2]),
+            "CM REJ comm_id=0x00000001 remote=0x00000002 of=REP reason=10 (StaleConn)"
+        );
+        assert_eq!(
+            exercise(&s[3]),
+            "CM MRA comm_id=0x00000001 remote=0x00000002 of=REQ service_timeout=24"
+        );
+        let m = found(&s[1]);
+        let mut out = Vec::new();
+        write_tree(&mut out, &m).unwrap();
+        let tree = String::from_utf8(out).unwrap();
+        assert!(tree.contains("source address           ::1"), "{tree}");
+        assert!(tree.contains("IP version               6"), "{tree}");
+        let j = to_json(&m);
+        assert_eq!(j["ip_cm"]["ip_version"], 6);
+        assert_eq!(j["fields"]["request_id"], 9);
+        assert!(!m.is_malformed());
+    }
+
+    #[test]
+    fn cut_or_flipped_mads_never_panic_and_bad_cm_ones_are_malformed() {
+        for s in samples() {
+            for n in 0..=s.len() {
+                let text = exercise(&s[..n]);
+                if n < s.len() {
+                    assert!(found(&s[..n]).is_malformed(), "{n}: {text}");
+                }
+            }
+            let mut long = s.to_vec();
+            long.push(0);
+            assert!(found(&long).is_malformed());
+            for at in 0..s.len() {
+                for x in [0x01u8, 0x80, 0xff] {
+                    let mut b = s;
+                    b[at] ^= x;
+                    exercise(&b);
+                }
+            }
+        }
+        // Another class is not judged; a CM attribute nobody decodes is bad.
+        let mut b = samples()[4];
+        b[1] = 0x04;
+        assert!(!found(&b).is_malformed());
+        b[1] = MGMT_CLASS_CM;
+        b[16..18].copy_from_slice(&attr::LAP.to_be_bytes());
+        assert_eq!(
+            found(&b).problem().as_deref(),
+            Some("MAD: MAD header: attribute 0x0019 is not a CM message this crate decodes")
+        );
+    }
 }
