@@ -1,4 +1,5 @@
-//! `rxe dissect`: read a capture and explain every RoCE packet in it.
+//! `rxe dissect`: read a capture and explain every RoCE packet in it, and
+//! the management datagram in each UD packet to QP1 (`dissect_mad.rs`).
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -23,7 +24,8 @@ pub struct Args {
     /// One JSON object per RoCE packet per line.
     #[arg(long)]
     json: bool,
-    /// Only check: exit 1 if any RoCE packet is malformed or has a bad ICRC/VCRC.
+    /// Only check: exit 1 if any RoCE packet is malformed, has a bad ICRC/VCRC,
+    /// or carries a CM MAD (class 0x07, on QP1) that does not parse.
     #[arg(long)]
     check: bool,
 }
