@@ -1,4 +1,5 @@
-//! `rxe dissect`: read a capture and explain every RoCE packet in it.
+//! `rxe dissect`: read a capture and explain every RoCE packet in it, and
+//! the management datagram in each UD packet to QP1 (`dissect_mad.rs`).
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -8,6 +9,10 @@ use anyhow::Result;
 use rxe_core::wire::dissect::{dissect, Dissection, LayerView};
 use rxe_pcap::CaptureReader;
 use serde_json::{json, Map, Value};
+
+// The MAD layer sits beside this file; main.rs lists only `dissect`.
+#[path = "dissect_mad.rs"]
+mod mad;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -19,7 +24,8 @@ pub struct Args {
     /// One JSON object per RoCE packet per line.
     #[arg(long)]
     json: bool,
-    /// Only check: exit 1 if any RoCE packet is malformed or has a bad ICRC/VCRC.
+    /// Only check: exit 1 if any RoCE packet is malformed, has a bad ICRC/VCRC,
+    /// or carries a CM MAD (class 0x07, on QP1) that does not parse.
     #[arg(long)]
     check: bool,
 }
@@ -53,19 +59,26 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             }
         };
         roce += 1;
-        if !d.is_good() {
+        let found = mad::find(&d);
+        if !d.is_good() || found.as_ref().is_some_and(|m| m.is_malformed()) {
             bad += 1;
         }
         if args.check {
             for e in d.problems() {
                 writeln!(out, "frame {n}: {e}")?;
             }
+            if let Some(p) = found.as_ref().and_then(|m| m.problem()) {
+                writeln!(out, "frame {n}: {p}")?;
+            }
         } else if args.json {
-            writeln!(out, "{}", to_json(n, &d))?;
+            writeln!(out, "{}", to_json(n, &d, found.as_ref()))?;
         } else {
-            writeln!(out, "{n:>6} {}", d.summary())?;
+            match &found {
+                Some(m) => writeln!(out, "{n:>6} {} | {}", d.summary(), mad::summary(m))?,
+                None => writeln!(out, "{n:>6} {}", d.summary())?,
+            }
             if args.verbose {
-                write_tree(&mut out, &d)?;
+                write_tree(&mut out, &d, found.as_ref())?;
             }
         }
     }
@@ -80,7 +93,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     })
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes
         .iter()
         .map(|b| format!("{b:02x}"))
@@ -89,7 +102,11 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// The `-v` tree: each header, then each field with its bits and meaning.
-fn write_tree(out: &mut impl Write, d: &Dissection<'_>) -> io::Result<()> {
+fn write_tree(
+    out: &mut impl Write,
+    d: &Dissection<'_>,
+    found: Option<&mad::FoundMad<'_>>,
+) -> io::Result<()> {
     for l in d.layers() {
         write_layer(out, &l)?;
     }
@@ -108,6 +125,9 @@ fn write_tree(out: &mut impl Write, d: &Dissection<'_>) -> io::Result<()> {
                 ""
             }
         )?;
+    }
+    if let Some(m) = found {
+        mad::write_tree(out, m)?;
     }
     let t = d.frame.transport;
     if let Some(carried) = d.carried_icrc() {
@@ -136,6 +156,9 @@ fn write_tree(out: &mut impl Write, d: &Dissection<'_>) -> io::Result<()> {
     }
     for e in d.problems() {
         writeln!(out, "    problem: {e}")?;
+    }
+    if let Some(p) = found.and_then(|m| m.problem()) {
+        writeln!(out, "    problem: {p}")?;
     }
     Ok(())
 }
@@ -167,7 +190,7 @@ fn write_layer(out: &mut impl Write, l: &LayerView<'_>) -> io::Result<()> {
     Ok(())
 }
 
-fn field_json(raw: u128) -> Value {
+pub(crate) fn field_json(raw: u128) -> Value {
     match u64::try_from(raw) {
         Ok(v) => Value::from(v),
         Err(_) => Value::from(format!("{raw:#x}")),
@@ -175,7 +198,7 @@ fn field_json(raw: u128) -> Value {
 }
 
 /// One JSON object: the key numbers at the top, then every header.
-fn to_json(frame: u64, d: &Dissection<'_>) -> Value {
+fn to_json(frame: u64, d: &Dissection<'_>, found: Option<&mad::FoundMad<'_>>) -> Value {
     let mut headers = Map::new();
     for l in d.layers() {
         let mut fields = Map::new();
@@ -229,11 +252,18 @@ fn to_json(frame: u64, d: &Dissection<'_>) -> Value {
     if let Some(v) = d.vcrc {
         o.insert("vcrc".into(), if v.is_ok() { "ok" } else { "bad" }.into());
     }
-    let problems: Vec<Value> = d
+    let mut problems: Vec<Value> = d
         .problems()
         .iter()
         .map(|e| json!({"reason": e.reason(), "layer": e.layer.name(), "message": e.to_string()}))
         .collect();
+    if let Some(m) = found {
+        let v = mad::to_json(m);
+        if let Some(e) = v.get("error") {
+            problems.push(json!({"reason": e["reason"], "layer": "MAD", "message": e["message"]}));
+        }
+        o.insert("mad".into(), v);
+    }
     if !problems.is_empty() {
         o.insert("errors".into(), Value::Array(problems));
     }
