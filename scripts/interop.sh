@@ -27,5 +27,6 @@ bash scripts/setup.sh
 # shellcheck source=scripts/peer-up.sh
 . scripts/peer-up.sh
 
-cargo build -q --bin rxe
-RXE_PEER_DIR="$PEER" cargo test -p rxe-integration --test interop_pingpong --test interop_perf -- --ignored --test-threads=1
+# rxe, and the drop-in libraries `rxe exec` finds next to it.
+cargo build -q --bin rxe -p rxe-cli -p rxe-ibverbs -p rxe-stub-mlx5 -p rxe-stub-efa
+RXE_PEER_DIR="$PEER" cargo test -p rxe-integration --test interop_pingpong --test interop_perf --test interop_ibverbs -- --ignored --test-threads=1

@@ -1,6 +1,6 @@
 //! RoCEv2 encapsulation as a UDP socket sees it: the kernel writes and
 //! strips the IP and UDP headers, yet the ICRC covers them (RoCEv2 Annex
-//! A17.3.3; DESIGN.md, wire facts). So on send the ICRC is computed over
+//! A17.3.3). So on send the ICRC is computed over
 //! the headers exactly as the kernel will write them, and on receive the
 //! headers are rebuilt from what the socket reports (addresses, ports,
 //! length, TTL and TOS) before the ICRC is checked:

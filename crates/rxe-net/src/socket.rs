@@ -1,6 +1,6 @@
 //! One UDP socket on `<ip>:4791` and batched I/O on it.
 //!
-//! The socket is set up for RoCEv2 (DESIGN.md, wire facts):
+//! The socket is set up for RoCEv2 (docs/wire-format.md explains why):
 //!
 //! - It is never connected: on a connected socket Linux numbers the IPv4
 //!   Identification from a per-socket counter that starts at a random value,

@@ -31,8 +31,9 @@ pub struct RoceV2Ip {
     pub hop_limit: u8,
     /// IPv6 flow label (20 bits); ignored for IPv4.
     pub flow_label: u32,
-    /// IPv4 Identification; ignored for IPv6. The ICRC covers it (DESIGN.md,
-    /// wire facts), so it must be the value the kernel writes.
+    /// IPv4 Identification; ignored for IPv6. The ICRC covers it (RoCEv2
+    /// Annex A17.3.3 masks TOS, TTL and checksum, not the ID), so it must be
+    /// the value the kernel writes.
     pub ipv4_id: u16,
     /// IPv4 Don't Fragment; ignored for IPv6.
     pub dont_fragment: bool,
