@@ -29,6 +29,8 @@
 //! dropping a handle does not destroy anything, as in C. Destroying an
 //! object that others use is refused with [`VerbsError::Busy`].
 
+#![forbid(unsafe_code)]
+
 pub mod ah;
 pub mod attr;
 pub mod client;

@@ -1,19 +1,16 @@
 //! The device's memory-region table: what the transport engine reaches
 //! through [`MemoryAccess`] to check an L_Key or R_Key and copy payload.
 //!
-//! A key's upper 24 bits index a slot (index 0 is never used, so key 0 names
-//! nothing); its low 8 bits are the key portion, which the slot advances at
-//! every registration so that a key of an earlier registration in the same
-//! slot fails with a key mismatch (IBTA 10.6.3.x, the consumer-owned key
-//! portion; `ibv_inc_rkey(3)`). As in kernel rxe, a region's L_Key and
-//! R_Key are the same number; a region that grants no remote right has no
-//! valid R_Key.
+//! The keys come from rxe-core's [`KeyTable`] (a 24-bit slot index and an
+//! 8-bit key portion that advances at every registration in the slot). As
+//! in kernel rxe, a region's L_Key and R_Key are the same number; a region
+//! that grants no remote right has no valid R_Key.
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
 use rxe_core::transport::{
-    atomic_by_copy, validate, AccessFlags, AtomicOp, Key, MemError, MemoryAccess, Region,
+    atomic_by_copy, validate, AccessFlags, AtomicOp, Key, KeyTable, MemError, MemoryAccess, Region,
     RegionInfo,
 };
 
@@ -32,23 +29,15 @@ pub(crate) struct MrShared {
     pub registered: AtomicBool,
 }
 
-#[derive(Debug, Default)]
-struct Slot {
-    next_key: u8,
-    mr: Option<Arc<MrShared>>,
-}
-
-/// Registered regions by key index.
+/// Registered regions by key.
 #[derive(Debug, Default)]
 pub(crate) struct MrTable {
-    slots: Vec<Slot>,
-    free: Vec<usize>,
-    live: usize,
+    regions: KeyTable<Arc<MrShared>>,
 }
 
 impl MrTable {
     pub fn len(&self) -> usize {
-        self.live
+        self.regions.len()
     }
 
     /// Registers `buf` at virtual address `va`; returns the region with its
@@ -62,56 +51,31 @@ impl MrTable {
     ) -> Result<Arc<MrShared>, MemError> {
         // The region must not wrap the 64-bit address space.
         va.checked_add(buf.len() as u64).ok_or(MemError::Overflow)?;
-        let slot = match self.free.pop() {
-            Some(s) => s,
-            None => {
-                if self.slots.len() >= Key::MAX_INDEX as usize {
-                    return Err(MemError::Overflow);
-                }
-                self.slots.push(Slot::default());
-                self.slots.len() - 1
-            }
-        };
-        let s = &mut self.slots[slot];
-        let key = Key::from_parts(slot as u32 + 1, s.next_key).ok_or(MemError::Overflow)?;
-        s.next_key = s.next_key.wrapping_add(1);
-        let mr = Arc::new(MrShared {
-            info: RegionInfo {
-                key,
-                pd,
-                va,
-                len: buf.len(),
-                access,
-            },
-            buf,
-            valid: AtomicBool::new(true),
-            registered: AtomicBool::new(true),
-        });
-        s.mr = Some(mr.clone());
-        self.live += 1;
-        Ok(mr)
-    }
-
-    fn slot_of(&self, key: Key) -> Option<usize> {
-        (key.index() as usize).checked_sub(1)
+        let key = self.regions.insert_with(|key| {
+            Arc::new(MrShared {
+                info: RegionInfo {
+                    key,
+                    pd,
+                    va,
+                    len: buf.len(),
+                    access,
+                },
+                buf,
+                valid: AtomicBool::new(true),
+                registered: AtomicBool::new(true),
+            })
+        })?;
+        Ok(self.regions.get(key).expect("just inserted").clone())
     }
 
     /// The live region that `key` names exactly (index and key portion).
     pub fn get(&self, key: Key) -> Option<&Arc<MrShared>> {
-        let mr = self.slots.get(self.slot_of(key)?)?.mr.as_ref()?;
-        (mr.info.key == key).then_some(mr)
+        self.regions.get(key)
     }
 
     /// Removes the region that `key` names; afterwards the key fails.
     pub fn deregister(&mut self, key: Key) -> Option<Arc<MrShared>> {
-        let slot = self.slot_of(key)?;
-        let s = self.slots.get_mut(slot)?;
-        if s.mr.as_ref()?.info.key != key {
-            return None;
-        }
-        self.free.push(slot);
-        self.live -= 1;
-        s.mr.take()
+        self.regions.remove(key)
     }
 
     /// SEND with Invalidate (IBTA 10.6.5, not checked against the text):
@@ -144,13 +108,14 @@ impl MemoryAccess for MrTable {
         va: u64,
         len: usize,
     ) -> Result<Region, MemError> {
-        let slot = self
-            .slot_of(key)
-            .and_then(|s| self.slots.get(s))
-            .and_then(|s| s.mr.as_ref())
-            .filter(|mr| mr.valid.load(Relaxed))
+        // The slot's region whatever the key portion: `validate` tells a
+        // stale key (a mismatch) from an unknown one.
+        let (_, mr) = self
+            .regions
+            .by_index(key)
+            .filter(|(_, mr)| mr.valid.load(Relaxed))
             .ok_or(MemError::InvalidKey { key })?;
-        validate(&slot.info, key, pd, is_remote, needed, va, len)
+        validate(&mr.info, key, pd, is_remote, needed, va, len)
     }
 
     fn read(&self, region: &Region, offset: usize, dst: &mut [u8]) -> Result<(), MemError> {

@@ -45,6 +45,7 @@
 
 use core::ops::Range;
 
+use super::key_table::KeyTable;
 use crate::transport::qp::AccessFlags;
 use crate::wire::aeth::NakCode;
 
@@ -408,21 +409,13 @@ pub fn atomic_by_copy<M: MemoryAccess + ?Sized>(
     Ok(old)
 }
 
-#[derive(Debug, Clone)]
-struct Slot {
-    /// The key portion the next registration in this slot gets.
-    next_key: u8,
-    mr: Option<(RegionInfo, Vec<u8>)>,
-}
-
 /// Registered memory backed by `Vec<u8>` buffers, one per region, each with
-/// its own key, PD, base virtual address and rights. Index `i` of a key names
-/// slot `i - 1`, so that key 0 never names a region; a slot reused after
-/// [`VecMemory::deregister`] gets the next key portion, so that the old key
-/// fails with [`MemError::KeyMismatch`].
+/// its own key, PD, base virtual address and rights, in a [`KeyTable`]: a
+/// key of an earlier registration in a reused slot fails with
+/// [`MemError::KeyMismatch`].
 #[derive(Debug, Clone, Default)]
 pub struct VecMemory {
-    slots: Vec<Slot>,
+    regions: KeyTable<(RegionInfo, Vec<u8>)>,
 }
 
 impl VecMemory {
@@ -454,37 +447,24 @@ impl VecMemory {
     ) -> Result<Key, MemError> {
         let len64 = u64::try_from(data.len()).map_err(|_| MemError::Overflow)?;
         va.checked_add(len64).ok_or(MemError::Overflow)?;
-        let slot = match self.slots.iter().position(|s| s.mr.is_none()) {
-            Some(i) => i,
-            None => {
-                self.slots.push(Slot {
-                    next_key: 0,
-                    mr: None,
-                });
-                self.slots.len() - 1
-            }
-        };
-        let index = u32::try_from(slot + 1).map_err(|_| MemError::Overflow)?;
-        let s = &mut self.slots[slot];
-        let key = Key::from_parts(index, s.next_key).ok_or(MemError::Overflow)?;
-        s.next_key = s.next_key.wrapping_add(1);
-        let info = RegionInfo {
-            key,
-            pd,
-            va,
-            len: data.len(),
-            access,
-        };
-        s.mr = Some((info, data));
-        Ok(key)
+        self.regions.insert_with(|key| {
+            let info = RegionInfo {
+                key,
+                pd,
+                va,
+                len: data.len(),
+                access,
+            };
+            (info, data)
+        })
     }
 
     /// Removes the region `key` names, returning its bytes.
     pub fn deregister(&mut self, key: Key) -> Result<Vec<u8>, MemError> {
-        let slot = self.slot_of(key)?;
-        let (_, data) = self.slots[slot]
-            .mr
-            .take()
+        self.entry(key)?;
+        let (_, data) = self
+            .regions
+            .remove(key)
             .ok_or(MemError::InvalidKey { key })?;
         Ok(data)
     }
@@ -501,31 +481,20 @@ impl VecMemory {
 
     /// The bytes of the region `key` names, for a test to fill.
     pub fn bytes_mut(&mut self, key: Key) -> Result<&mut [u8], MemError> {
-        let slot = self.slot_of(key)?;
-        match &mut self.slots[slot].mr {
+        self.entry(key)?;
+        match self.regions.get_mut(key) {
             Some((_, data)) => Ok(data.as_mut_slice()),
             None => Err(MemError::InvalidKey { key }),
         }
     }
 
-    /// The slot of `key`'s region, checking the key portion.
-    fn slot_of(&self, key: Key) -> Result<usize, MemError> {
-        let slot = (key.index() as usize)
-            .checked_sub(1)
-            .ok_or(MemError::InvalidKey { key })?;
-        match self.slots.get(slot).and_then(|s| s.mr.as_ref()) {
-            None => Err(MemError::InvalidKey { key }),
-            Some((info, _)) if info.key != key => Err(MemError::KeyMismatch { key }),
-            Some(_) => Ok(slot),
-        }
-    }
-
+    /// The region `key` names, telling an unknown key from a key mismatch.
     fn entry(&self, key: Key) -> Result<&(RegionInfo, Vec<u8>), MemError> {
-        let slot = self.slot_of(key)?;
-        self.slots[slot]
-            .mr
-            .as_ref()
-            .ok_or(MemError::InvalidKey { key })
+        match self.regions.by_index(key) {
+            None => Err(MemError::InvalidKey { key }),
+            Some((k, _)) if k != key => Err(MemError::KeyMismatch { key }),
+            Some((_, e)) => Ok(e),
+        }
     }
 }
 
@@ -562,11 +531,7 @@ impl MemoryAccess for VecMemory {
         if src.is_empty() {
             return Ok(());
         }
-        let slot = self.slot_of(region.key)?;
-        let data = match &mut self.slots[slot].mr {
-            Some((_, data)) => data,
-            None => return Err(MemError::InvalidKey { key: region.key }),
-        };
+        let data = self.bytes_mut(region.key)?;
         let dst = data.get_mut(range).ok_or(MemError::OutOfBounds {
             va: region.va.saturating_add(offset as u64),
             len: src.len(),

@@ -67,6 +67,7 @@ mod counters;
 mod endpoint;
 mod error;
 mod io;
+mod key_table;
 mod memory;
 mod psn;
 mod qp;
@@ -81,6 +82,7 @@ pub use counters::{Counter, Counters};
 pub use endpoint::{pkeys_match, Endpoint, GSI_QPN};
 pub use error::{EndpointError, PostError};
 pub use io::{RecvMeta, Transmit};
+pub use key_table::KeyTable;
 pub use memory::{
     atomic_by_copy, validate, AtomicOp, Key, MemError, MemoryAccess, Region, RegionInfo, VecMemory,
 };
