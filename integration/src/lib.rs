@@ -4,4 +4,5 @@
 pub mod forge;
 pub mod hostile;
 pub mod peer;
+pub mod tshark;
 pub mod verbs_harness;

@@ -31,10 +31,8 @@
 //! tshark must be on PATH; set `RXE_SKIP_TSHARK=1` to skip where it cannot be
 //! installed.
 
-use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use rxe_core::wire::build::{emit_roce_v2_ethernet, EthernetAddrs, RoceV2Ip};
 use rxe_core::wire::opcode::{self, ExtHeader, Opcode, OpcodeInfo, PayloadRule, Transport};
@@ -42,6 +40,7 @@ use rxe_core::wire::{
     AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr, ExtReprs, FethRepr, IethRepr,
     ImmDtRepr, NakCode, RdethRepr, RethRepr, Syndrome, TransportRepr, XrcethRepr,
 };
+use rxe_integration::tshark::{self, bytes, flag, num, Row};
 
 /// Expert severities (epan/proto.h): PI_WARN and above fail the test.
 const PI_WARN: u64 = 0x0060_0000;
@@ -200,127 +199,24 @@ fn frame(c: &Case) -> Vec<u8> {
     buf
 }
 
-/// A classic pcap file (Ethernet), one frame a second from 1,700,000,000 s.
-fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
-    let mut w = rxe_pcap::PcapWriter::create(path).unwrap();
-    for (i, f) in frames.iter().enumerate() {
-        let at = std::time::Duration::from_secs(1_700_000_000 + i as u64);
-        w.write_frame(at, f).unwrap();
-    }
-    w.finish().unwrap();
-}
-
-/// Whether to run: true if tshark runs; false (after saying so) if it does
-/// not and RXE_SKIP_TSHARK=1; otherwise a failure that says what to do.
-fn tshark_present() -> bool {
-    let ok = Command::new("tshark")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if ok {
-        return true;
-    }
-    if std::env::var("RXE_SKIP_TSHARK").as_deref() == Ok("1") {
-        eprintln!("tshark not found on PATH: skipped because RXE_SKIP_TSHARK=1");
-        return false;
-    }
-    panic!(
-        "tshark is not on PATH: install it (apt-get install tshark; scripts/setup.sh does) \
-         or set RXE_SKIP_TSHARK=1 to skip this test"
-    );
+/// Runs tshark over `path` and returns one map of field values per frame.
+fn tshark_fields(path: &Path, extra: &[&str]) -> Vec<Row> {
+    let mut options = vec![
+        "-o",
+        "ip.check_checksum:TRUE",
+        "-o",
+        "udp.check_checksum:TRUE",
+    ];
+    options.extend_from_slice(extra);
+    tshark::fields(path, &options, FIELDS)
 }
 
 fn pcap_path(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}.pcap", std::process::id()))
-}
-
-/// Runs tshark over `path` and returns one map of field values per frame.
-fn tshark_fields(path: &Path, extra: &[&str]) -> Vec<HashMap<&'static str, String>> {
-    let mut cmd = Command::new("tshark");
-    cmd.arg("-n")
-        .arg("-r")
-        .arg(path)
-        .args([
-            "-o",
-            "ip.check_checksum:TRUE",
-            "-o",
-            "udp.check_checksum:TRUE",
-        ])
-        .args(extra)
-        .args([
-            "-T",
-            "fields",
-            "-E",
-            "separator=/t",
-            "-E",
-            "occurrence=a",
-            "-E",
-            "aggregator=,",
-        ]);
-    for f in FIELDS {
-        cmd.args(["-e", f]);
-    }
-    let out = cmd.output().expect("run tshark");
-    assert!(
-        out.status.success(),
-        "tshark failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|line| {
-            let cols: Vec<&str> = line.split('\t').collect();
-            assert_eq!(cols.len(), FIELDS.len(), "tshark line: {line}");
-            FIELDS
-                .iter()
-                .zip(cols)
-                .map(|(f, v)| (*f, v.to_string()))
-                .collect()
-        })
-        .collect()
-}
-
-/// The first value of a numeric field: decimal, or hex with 0x.
-fn num(row: &HashMap<&str, String>, field: &str) -> Option<u64> {
-    let v = row[field].split(',').next().unwrap().trim();
-    if v.is_empty() {
-        return None;
-    }
-    Some(match v.strip_prefix("0x") {
-        Some(h) => u64::from_str_radix(h, 16).unwrap(),
-        None => v
-            .parse()
-            .unwrap_or_else(|_| panic!("{field}: not a number: {v}")),
-    })
-}
-
-/// The first value of a bytes field, as bytes.
-fn bytes(row: &HashMap<&str, String>, field: &str) -> Option<Vec<u8>> {
-    let v: String = row[field]
-        .split(',')
-        .next()
-        .unwrap()
-        .chars()
-        .filter(|c| c.is_ascii_hexdigit())
-        .collect();
-    if v.is_empty() {
-        return None;
-    }
-    Some(
-        (0..v.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&v[i..i + 2], 16).unwrap())
-            .collect(),
-    )
-}
-
-fn flag(row: &HashMap<&str, String>, field: &str) -> bool {
-    matches!(row[field].split(',').next().unwrap(), "1" | "True" | "true")
+    tshark::pcap_path(env!("CARGO_TARGET_TMPDIR"), name)
 }
 
 /// Checks every row against what was built.
-fn check(cases: &[Case], rows: &[HashMap<&'static str, String>]) {
+fn check(cases: &[Case], rows: &[Row]) {
     assert_eq!(
         rows.len(),
         cases.len(),
@@ -448,7 +344,7 @@ fn check(cases: &[Case], rows: &[HashMap<&'static str, String>]) {
 fn run(name: &str, cases: &[Case], extra: &[&str]) {
     let path = pcap_path(name);
     let frames: Vec<Vec<u8>> = cases.iter().map(frame).collect();
-    write_pcap(&path, &frames);
+    tshark::write_pcap(&path, &frames);
     let rows = tshark_fields(&path, extra);
     check(cases, &rows);
     let _ = std::fs::remove_file(&path);
@@ -456,7 +352,7 @@ fn run(name: &str, cases: &[Case], extra: &[&str]) {
 
 #[test]
 fn tshark_decodes_a_built_packet_of_every_opcode() {
-    if !tshark_present() {
+    if !tshark::present() {
         return;
     }
     let mut cases = Vec::new();
@@ -493,7 +389,7 @@ fn tshark_decodes_a_built_packet_of_every_opcode() {
 
 #[test]
 fn tshark_decodes_short_payloads_and_every_pad_count() {
-    if !tshark_present() {
+    if !tshark::present() {
         return;
     }
     let mut cases = Vec::new();

@@ -22,10 +22,8 @@
 //! tshark must be on PATH; set `RXE_SKIP_TSHARK=1` to skip where it cannot be
 //! installed.
 
-use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use rxe_cm::ip_cm::{service_id, IpCmHeader, PortSpace};
 use rxe_cm::mad::{self, CmMad, CmMessage, RejectReason, SidrStatus, MAD_LEN};
@@ -37,6 +35,7 @@ use rxe_core::wire::build::{emit_roce_v2_ethernet, EthernetAddrs, RoceV2Ip};
 use rxe_core::wire::dissect::dissect;
 use rxe_core::wire::frame::LinkType;
 use rxe_core::wire::{BthRepr, DethRepr, ExtReprs, Opcode, TransportRepr};
+use rxe_integration::tshark::{self, bytes, num, Row};
 
 /// Expert severities (epan/proto.h): PI_WARN and above fail the test.
 const PI_WARN: u64 = 0x0060_0000;
@@ -322,112 +321,12 @@ fn frame(s: &Sent, psn: u32, a_ip: IpAddr, b_ip: IpAddr) -> Vec<u8> {
     buf
 }
 
-fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
-    let mut w = rxe_pcap::PcapWriter::create(path).unwrap();
-    for (i, f) in frames.iter().enumerate() {
-        let at = std::time::Duration::from_secs(1_700_000_000 + i as u64);
-        w.write_frame(at, f).unwrap();
-    }
-    w.finish().unwrap();
-}
-
-/// Whether to run: true if tshark runs; false (after saying so) if it does
-/// not and RXE_SKIP_TSHARK=1; otherwise a failure that says what to do.
-fn tshark_present() -> bool {
-    let ok = Command::new("tshark")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if ok {
-        return true;
-    }
-    if std::env::var("RXE_SKIP_TSHARK").as_deref() == Ok("1") {
-        eprintln!("tshark not found on PATH: skipped because RXE_SKIP_TSHARK=1");
-        return false;
-    }
-    panic!(
-        "tshark is not on PATH: install it (apt-get install tshark; scripts/setup.sh does) \
-         or set RXE_SKIP_TSHARK=1 to skip this test"
-    );
+fn tshark_fields(path: &Path) -> Vec<Row> {
+    tshark::fields(path, &["-o", "udp.check_checksum:TRUE"], FIELDS)
 }
 
 fn pcap_path(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}.pcap", std::process::id()))
-}
-
-type Row = HashMap<&'static str, String>;
-
-fn tshark_fields(path: &Path) -> Vec<Row> {
-    let mut cmd = Command::new("tshark");
-    cmd.arg("-n")
-        .arg("-r")
-        .arg(path)
-        .args(["-o", "udp.check_checksum:TRUE"])
-        .args([
-            "-T",
-            "fields",
-            "-E",
-            "separator=/t",
-            "-E",
-            "occurrence=a",
-            "-E",
-            "aggregator=,",
-        ]);
-    for f in FIELDS {
-        cmd.args(["-e", f]);
-    }
-    let out = cmd.output().expect("run tshark");
-    assert!(
-        out.status.success(),
-        "tshark failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|line| {
-            let cols: Vec<&str> = line.split('\t').collect();
-            assert_eq!(cols.len(), FIELDS.len(), "tshark line: {line}");
-            FIELDS
-                .iter()
-                .zip(cols)
-                .map(|(f, v)| (*f, v.to_string()))
-                .collect()
-        })
-        .collect()
-}
-
-/// A numeric field: decimal, or hex with 0x; `None` if tshark shows none.
-fn num(row: &Row, field: &str) -> Option<u64> {
-    let v = row[field].split(',').next().unwrap().trim();
-    if v.is_empty() {
-        return None;
-    }
-    Some(match v.strip_prefix("0x") {
-        Some(h) => u64::from_str_radix(h, 16).unwrap(),
-        None => v
-            .parse()
-            .unwrap_or_else(|_| panic!("{field}: not a number: {v}")),
-    })
-}
-
-fn bytes(row: &Row, field: &str) -> Option<Vec<u8>> {
-    let v: String = row[field]
-        .split(',')
-        .next()
-        .unwrap()
-        .chars()
-        .filter(|c| c.is_ascii_hexdigit())
-        .collect();
-    if v.is_empty() {
-        return None;
-    }
-    Some(
-        (0..v.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&v[i..i + 2], 16).unwrap())
-            .collect(),
-    )
+    tshark::pcap_path(env!("CARGO_TARGET_TMPDIR"), name)
 }
 
 /// Checks one frame: tshark's view of the MAD against what rxe-cm meant.
@@ -618,7 +517,7 @@ fn run(name: &str, a_ip: IpAddr, b_ip: IpAddr) {
         .map(|(i, s)| frame(s, 100 + i as u32, a_ip, b_ip))
         .collect();
     let path = pcap_path(name);
-    write_pcap(&path, &frames);
+    tshark::write_pcap(&path, &frames);
     let rows = tshark_fields(&path);
     assert_eq!(rows.len(), sent.len(), "tshark saw a different frame count");
     let mut failures = Vec::new();
@@ -639,7 +538,7 @@ fn run(name: &str, a_ip: IpAddr, b_ip: IpAddr) {
 
 #[test]
 fn tshark_decodes_the_cm_mads_rxe_emits_over_ipv4() {
-    if !tshark_present() {
+    if !tshark::present() {
         return;
     }
     run(
@@ -651,7 +550,7 @@ fn tshark_decodes_the_cm_mads_rxe_emits_over_ipv4() {
 
 #[test]
 fn tshark_decodes_the_cm_mads_rxe_emits_over_ipv6() {
-    if !tshark_present() {
+    if !tshark::present() {
         return;
     }
     // Only loopback addresses, even in a file: both ends are ::1.
