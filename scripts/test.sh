@@ -12,7 +12,7 @@ bash scripts/miri.sh
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 set +e
-cargo test --workspace 2>&1 | tee "$log"
+cargo test --workspace --no-fail-fast 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 # Against the kernel's own Soft-RoCE in a QEMU guest (installs QEMU, builds
 # and boots the guest; RXE_SKIP_INTEROP=1 skips it, loudly).

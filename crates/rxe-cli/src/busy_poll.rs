@@ -49,16 +49,28 @@ impl BusyPoll {
 mod tests {
     use super::*;
 
+    /// No wall-clock race: the wait's start is moved back in time instead
+    /// of sleeping past a short timeout on a loaded machine.
     #[test]
     fn times_out_only_after_the_timeout_and_only_with_one() {
-        let mut w = BusyPoll::new(Some(Duration::from_millis(20)));
-        assert!(!(0..CLOCK_EVERY).any(|_| w.idle()), "too early");
-        std::thread::sleep(Duration::from_millis(30));
+        let hour = Duration::from_secs(3600);
+        let mut w = BusyPoll::new(Some(hour));
+        assert!(!(0..4 * CLOCK_EVERY).any(|_| w.idle()), "too early");
+        w.since = Instant::now()
+            .checked_sub(2 * hour)
+            .expect("a clock two hours in");
         assert!((0..CLOCK_EVERY).any(|_| w.idle()), "the timeout passed");
+        assert!(
+            !(0..CLOCK_EVERY - 1).any(|_| w.idle()),
+            "the clock is read only every CLOCK_EVERY polls"
+        );
         w.progressed();
-        assert!(!(0..CLOCK_EVERY).any(|_| w.idle()), "progress restarts it");
+        assert!(
+            !(0..4 * CLOCK_EVERY).any(|_| w.idle()),
+            "progress restarts it"
+        );
         let mut forever = BusyPoll::new(None);
-        std::thread::sleep(Duration::from_millis(5));
-        assert!(!(0..2 * CLOCK_EVERY).any(|_| forever.idle()));
+        forever.since = w.since.checked_sub(2 * hour).unwrap_or(w.since);
+        assert!(!(0..4 * CLOCK_EVERY).any(|_| forever.idle()));
     }
 }
