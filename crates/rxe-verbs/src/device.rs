@@ -134,6 +134,8 @@ pub(crate) struct DeviceShared {
     removed: AtomicBool,
     port: Mutex<PortInfo>,
     monitor: Mutex<Option<JoinHandle<()>>>,
+    /// The CM: its configuration, then its agent on QP1 (made at first use).
+    pub(crate) cm: Mutex<crate::cm::agent::CmSlot>,
 }
 
 /// A handle to a device; clones name the same device.
@@ -354,6 +356,7 @@ impl Device {
                 netdev_mtu,
             }),
             monitor: Mutex::new(None),
+            cm: Mutex::default(),
         });
         let weak = Arc::downgrade(&shared);
         let monitor = std::thread::Builder::new()
@@ -382,6 +385,16 @@ impl Device {
         registry::remove_device(&self.0);
         self.0.removed.store(true, Ordering::Release);
         self.0.events.raise(AsyncEvent::DeviceFatal);
+        let cm = self
+            .0
+            .cm
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .agent
+            .take();
+        if let Some(agent) = cm {
+            agent.shutdown();
+        }
         if let Some(d) = self.0.driver.lock().unwrap().take() {
             d.stop();
         }
@@ -581,7 +594,8 @@ impl Device {
     }
 
     /// Counters: the transport engine's (named as kernel rxe's
-    /// `rdma statistic` shows them) then the network layer's.
+    /// `rdma statistic` shows them), the network layer's, then the CM's
+    /// and QP1's once the CM runs (`cm_*`).
     pub fn counters(&self) -> Vec<(String, u64)> {
         let mut out: Vec<(String, u64)> = self
             .0
@@ -599,6 +613,16 @@ impl Device {
                 .into_iter()
                 .map(|(n, v)| (format!("net_{n}"), v)),
         );
+        let cm = self
+            .0
+            .cm
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .agent
+            .clone();
+        if let Some(agent) = cm {
+            out.extend(agent.counters());
+        }
         out
     }
 

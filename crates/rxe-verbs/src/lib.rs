@@ -34,6 +34,7 @@
 pub mod ah;
 pub mod attr;
 pub mod client;
+pub mod cm;
 pub mod connect;
 pub mod cq;
 pub mod device;

@@ -1,0 +1,422 @@
+//! The CM agent of a device: one [`CmEndpoint`] driven with the device's
+//! clock, fed the MADs QP1 receives and sending what it queues, its timers
+//! run by a small thread that sleeps until the next deadline, a MAD
+//! arriving on QP1 (the CQ's event hook) or a consumer's call. It turns
+//! the endpoint's events into [`RdmaCmEvent`]s on the IDs' channels and
+//! takes the IDs' QPs through RTR and RTS as the REP and RTU go by.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use rxe_cm::mad::RejectReason;
+use rxe_cm::{CmConfig, CmEndpoint, CmEvent, CommId};
+use rxe_core::transport::{Instant, QpAttr, QpState};
+
+use super::channel::RdmaCmEvent;
+use super::gsi::{Gsi, GsiDrop, GsiRecv};
+use super::id::{CmId, IdShared};
+use crate::cq::NotifyKind;
+use crate::device::Device;
+use crate::error::{Result, VerbsError};
+
+/// The longest the agent sleeps with no timer running: a safety net only,
+/// every event that matters wakes it.
+const IDLE_WAIT: Duration = Duration::from_secs(1);
+
+/// A device's CM: its configuration until the agent starts, then the agent.
+#[derive(Default)]
+pub(crate) struct CmSlot {
+    pub config: Option<CmConfig>,
+    pub agent: Option<Arc<CmAgent>>,
+}
+
+/// Counters of QP1 itself, beside the endpoint's.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct GsiCounters {
+    pub recv_errors: u64,
+    pub malformed: u64,
+    pub send_errors: u64,
+}
+
+pub(crate) struct AgentState {
+    pub ep: CmEndpoint,
+    /// The ID of each connection (weak: a destroyed ID stops hearing).
+    pub conns: HashMap<CommId, Weak<IdShared>>,
+    /// The listening ID of each ServiceID.
+    pub listeners: HashMap<u64, Weak<IdShared>>,
+    /// Our GID index to answer each peer GID from.
+    pub sgid_for: HashMap<[u8; 16], u8>,
+    pub gsi: GsiCounters,
+    stop: bool,
+}
+
+pub(crate) struct CmAgent {
+    pub dev: Device,
+    gsi: Gsi,
+    st: Mutex<AgentState>,
+    wake: Mutex<bool>,
+    cond: Condvar,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// The device's agent, started at the first use of the CM (QP1, its PD and
+/// CQ exist from then on).
+pub(crate) fn agent(dev: &Device) -> Result<Arc<CmAgent>> {
+    dev.0.check_live()?;
+    let mut slot = dev.0.cm.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(a) = &slot.agent {
+        return Ok(a.clone());
+    }
+    let config = slot
+        .config
+        .clone()
+        .unwrap_or_else(|| CmConfig::new(dev.0.max().node_guid));
+    let gsi = Gsi::create(dev)?;
+    let a = Arc::new(CmAgent {
+        dev: dev.clone(),
+        gsi,
+        st: Mutex::new(AgentState {
+            ep: CmEndpoint::new(config),
+            conns: HashMap::new(),
+            listeners: HashMap::new(),
+            sgid_for: HashMap::new(),
+            gsi: GsiCounters::default(),
+            stop: false,
+        }),
+        wake: Mutex::new(false),
+        cond: Condvar::new(),
+        thread: Mutex::new(None),
+    });
+    let weak = Arc::downgrade(&a);
+    a.gsi.cq.set_event_hook(Some(Arc::new(move || {
+        if let Some(a) = weak.upgrade() {
+            a.notify();
+        }
+    })));
+    let runner = a.clone();
+    let t = std::thread::Builder::new()
+        .name(format!("{}-cm", dev.name()))
+        .spawn(move || runner.run())?;
+    *a.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
+    tracing::info!(device = %dev.name(), "CM agent started on QP1");
+    slot.agent = Some(a.clone());
+    Ok(a)
+}
+
+/// Starts the CM of `dev` now (QP1 and its agent) rather than at the
+/// first [`super::CmId`] that uses the device: until then the device does
+/// not answer CM MADs (a REQ to it goes unanswered, not rejected).
+pub fn start(dev: &Device) -> Result<()> {
+    agent(dev).map(|_| ())
+}
+
+/// Sets the CM's configuration (timeouts, retries) of `dev` before its
+/// agent starts; refused ([`VerbsError::Busy`]) once it runs.
+pub fn configure(dev: &Device, tune: impl FnOnce(&mut CmConfig)) -> Result<()> {
+    dev.0.check_live()?;
+    let mut slot = dev.0.cm.lock().unwrap_or_else(|e| e.into_inner());
+    if slot.agent.is_some() {
+        return Err(VerbsError::Busy {
+            kind: crate::error::ObjectKind::Qp,
+            users: 1,
+            what: "the CM agent runs already",
+        });
+    }
+    let mut c = slot
+        .config
+        .clone()
+        .unwrap_or_else(|| CmConfig::new(dev.0.max().node_guid));
+    tune(&mut c);
+    slot.config = Some(c);
+    Ok(())
+}
+
+impl CmAgent {
+    pub fn now(&self) -> Instant {
+        self.dev.0.net.clock().now()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, AgentState> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn notify(&self) {
+        *self.wake.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.cond.notify_one();
+    }
+
+    /// Runs a consumer's call on the endpoint, sends what it queued and
+    /// lets the thread see the new deadline.
+    pub fn with<R>(&self, f: impl FnOnce(&mut AgentState, Instant) -> R) -> R {
+        let now = self.now();
+        let mut st = self.lock();
+        let r = f(&mut st, now);
+        self.flush(&mut st);
+        drop(st);
+        self.notify();
+        r
+    }
+
+    fn flush(&self, st: &mut AgentState) {
+        while let Some((to, mad)) = st.ep.poll_transmit() {
+            let sgid = st.sgid_for.get(&to.gid).copied().unwrap_or(0);
+            if let Err(e) = self.gsi.send(to, sgid, &mad) {
+                tracing::warn!(error = %e, "QP1 send failed");
+                st.gsi.send_errors += 1;
+            }
+        }
+    }
+
+    /// The CM's counters, then QP1's, for `Device::counters`.
+    pub fn counters(&self) -> Vec<(String, u64)> {
+        let st = self.lock();
+        let mut v: Vec<(String, u64)> = st
+            .ep
+            .counters()
+            .iter()
+            .map(|(c, n)| (c.name().to_string(), n))
+            .collect();
+        v.push(("cm_gsi_recv_errors".into(), st.gsi.recv_errors));
+        v.push(("cm_gsi_malformed".into(), st.gsi.malformed));
+        v.push(("cm_gsi_send_errors".into(), st.gsi.send_errors));
+        v
+    }
+
+    /// Stops the thread (device removal): every ID hears DeviceRemoval.
+    pub fn shutdown(&self) {
+        let ids: Vec<Arc<IdShared>> = {
+            let mut st = self.lock();
+            st.stop = true;
+            let listeners: Vec<_> = st.listeners.drain().map(|(_, w)| w).collect();
+            st.conns
+                .drain()
+                .map(|(_, w)| w)
+                .chain(listeners)
+                .filter_map(|w| w.upgrade())
+                .collect()
+        };
+        self.notify();
+        let t = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(t) = t {
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
+        }
+        for id in ids {
+            let id = CmId(id);
+            id.0.channel
+                .0
+                .push(RdmaCmEvent::DeviceRemoval { id: id.clone() });
+        }
+    }
+
+    fn run(self: Arc<Self>) {
+        let mut rx = Vec::new();
+        loop {
+            // Arm before polling, so that a MAD arriving after the poll
+            // wakes the wait below.
+            let _ = self.gsi.cq.req_notify(NotifyKind::NextCompletion);
+            rx.clear();
+            if let Err(e) = self.gsi.poll(&mut rx) {
+                tracing::debug!(error = %e, "QP1 poll failed");
+            }
+            let now = self.now();
+            let mut st = self.lock();
+            if st.stop {
+                return;
+            }
+            for r in rx.drain(..) {
+                match r {
+                    GsiRecv::Mad {
+                        from,
+                        sgid_index,
+                        mad,
+                    } => {
+                        st.sgid_for.insert(from.gid, sgid_index);
+                        st.ep.handle(now, from, &mad[..]);
+                    }
+                    GsiRecv::Dropped(GsiDrop::RecvError) => st.gsi.recv_errors += 1,
+                    GsiRecv::Dropped(GsiDrop::Malformed) => st.gsi.malformed += 1,
+                }
+            }
+            if st.ep.poll_timeout().is_some_and(|t| t <= now) {
+                st.ep.handle_timeout(now);
+            }
+            self.flush(&mut st);
+            let mut events = Vec::new();
+            while let Some(ev) = st.ep.poll_event() {
+                events.push(ev);
+            }
+            let deadline = st.ep.poll_timeout();
+            drop(st);
+            let busy = !events.is_empty();
+            for ev in events {
+                self.deliver(ev);
+            }
+            if busy {
+                continue;
+            }
+            let wait = deadline.map_or(IDLE_WAIT, |d| d.saturating_since(now).min(IDLE_WAIT));
+            let mut w = self.wake.lock().unwrap_or_else(|e| e.into_inner());
+            if !*w && !wait.is_zero() {
+                w = self
+                    .cond
+                    .wait_timeout(w, wait)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+            *w = false;
+        }
+    }
+
+    fn id_of(&self, comm: CommId) -> Option<CmId> {
+        self.lock()
+            .conns
+            .get(&comm)
+            .and_then(Weak::upgrade)
+            .map(CmId)
+    }
+
+    /// Forgets a connection the endpoint has let go of.
+    fn forget_if_gone(&self, comm: CommId) {
+        let mut st = self.lock();
+        if st.ep.state(comm).is_none() {
+            st.conns.remove(&comm);
+        }
+    }
+
+    fn deliver(&self, ev: CmEvent) {
+        let comm = ev.id();
+        match ev {
+            CmEvent::ConnectRequest { id, from, req } => self.on_request(id, from, &req),
+            CmEvent::ConnectResponse { id, rep } => {
+                let Some(cm_id) = self.id_of(id) else {
+                    let _ = self
+                        .with(|st, now| st.ep.reject(now, id, RejectReason::ConsumerDefined, &[]));
+                    return;
+                };
+                let private_data = rep.private_data.as_bytes().to_vec();
+                cm_id.set_peer_private_data(private_data.clone());
+                match cm_id.qp() {
+                    Some(qp) => {
+                        // librdmacm's rdma_connect with a QP: RTR and RTS
+                        // with what the REP settled, then the RTU.
+                        let r = self.with(|st, now| {
+                            let attrs = st.ep.qp_attrs(id)?;
+                            match super::id::bring_up(&self.dev, &qp, &attrs) {
+                                Ok(()) => st.ep.send_rtu(id, &[]).map_err(Into::into),
+                                Err(e) => {
+                                    let _ =
+                                        st.ep.reject(now, id, RejectReason::ConsumerDefined, &[]);
+                                    Err(e)
+                                }
+                            }
+                        });
+                        if let Err(e) = r {
+                            tracing::warn!(error = %e, "connection refused after the REP");
+                            cm_id.push(RdmaCmEvent::Rejected {
+                                id: cm_id.clone(),
+                                reason: RejectReason::ConsumerDefined.code(),
+                                private_data: Vec::new(),
+                            });
+                        }
+                    }
+                    None => cm_id.push(RdmaCmEvent::ConnectResponse {
+                        id: cm_id.clone(),
+                        private_data,
+                    }),
+                }
+            }
+            CmEvent::Established { id } => {
+                if let Some(cm_id) = self.id_of(id) {
+                    let private_data = cm_id.peer_private_data();
+                    cm_id.push(RdmaCmEvent::Established {
+                        id: cm_id.clone(),
+                        private_data,
+                    });
+                }
+            }
+            CmEvent::Rejected { id, reason, rej } => {
+                if let Some(cm_id) = self.id_of(id) {
+                    cm_id.push(RdmaCmEvent::Rejected {
+                        id: cm_id.clone(),
+                        reason: reason.code(),
+                        private_data: rej.private_data.as_bytes().to_vec(),
+                    });
+                }
+            }
+            CmEvent::Unreachable { id } => {
+                if let Some(cm_id) = self.id_of(id) {
+                    cm_id.push(RdmaCmEvent::Unreachable { id: cm_id.clone() });
+                }
+            }
+            CmEvent::Disconnected { id } => {
+                if let Some(cm_id) = self.id_of(id) {
+                    // As the kernel's CM on a DREQ: the QP stops (its work
+                    // flushes) before the consumer hears of it.
+                    if let Some(qp) = cm_id.qp() {
+                        let _ = qp.modify(&QpAttr {
+                            qp_state: Some(QpState::Error),
+                            ..QpAttr::default()
+                        });
+                    }
+                    cm_id.push(RdmaCmEvent::Disconnected { id: cm_id.clone() });
+                }
+            }
+            CmEvent::TimewaitExit { id } => {
+                if let Some(cm_id) = self.id_of(id) {
+                    cm_id.push(RdmaCmEvent::TimewaitExit { id: cm_id.clone() });
+                }
+            }
+            CmEvent::MraReceived { .. } => {}
+            CmEvent::SidrRequest { id, .. } => {
+                // UD services (RDMA_PS_UDP) are not served yet: say so.
+                tracing::debug!(?id, "SIDR_REQ refused: no UD services");
+                let _ = self.with(|st, now| {
+                    st.ep.sidr_reply(
+                        now,
+                        id,
+                        rxe_cm::SidrReply {
+                            status: rxe_cm::mad::SidrStatus::ServiceIdNotSupported,
+                            qpn: 0,
+                            qkey: 0,
+                            private_data: Vec::new(),
+                        },
+                    )
+                });
+            }
+            CmEvent::SidrResponse { .. } => {}
+        }
+        self.forget_if_gone(comm);
+    }
+
+    fn on_request(&self, comm: CommId, from: rxe_cm::MadAddr, req: &rxe_cm::mad::ReqRepr) {
+        let listener = self
+            .lock()
+            .listeners
+            .get(&req.service_id)
+            .and_then(Weak::upgrade)
+            .map(CmId);
+        let Some(listener) = listener else {
+            let _ =
+                self.with(|st, now| st.ep.reject(now, comm, RejectReason::InvalidServiceId, &[]));
+            return;
+        };
+        let sgid_index = self.lock().sgid_for.get(&from.gid).copied().unwrap_or(0);
+        let child = listener.child(&self.dev, comm, sgid_index, req);
+        let user = req
+            .private_data
+            .as_bytes()
+            .get(rxe_cm::ip_cm::HEADER_LEN..)
+            .unwrap_or_default()
+            .to_vec();
+        self.lock().conns.insert(comm, Arc::downgrade(&child.0));
+        listener.push(RdmaCmEvent::ConnectRequest {
+            id: child,
+            listen_id: listener.clone(),
+            private_data: user,
+        });
+    }
+}

@@ -1,0 +1,536 @@
+//! `struct rdma_cm_id`: one endpoint of a connection (or a listener), in
+//! librdmacm's shape. Each call checks what the ID has been through
+//! (bound, address resolved, route resolved, connected) and hands the
+//! protocol to the device's agent.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use rxe_cm::ip_cm::{self, IpCmHeader, PortSpace};
+use rxe_cm::mad::{req, RejectReason, ReqRepr};
+use rxe_cm::{AcceptParams, CommId, ConnQpType, ConnectParams, QpAttrs};
+use rxe_core::transport::{AccessFlags, AddressVector, PathMtu, Psn, QpAttr, QpState, QpType};
+
+use super::agent::{agent, CmAgent};
+use super::channel::{EventChannel, RdmaCmEvent};
+use super::error::CmApiError;
+use super::resolve;
+use crate::attr::gid_of;
+use crate::connect::{self, InitParams, RcParams, ReadyParams, RemoteQp};
+use crate::device::{Device, PORT};
+use crate::pd::Pd;
+use crate::qp::{Qp, QpInitAttr};
+
+type Result<T> = std::result::Result<T, CmApiError>;
+
+/// `struct rdma_conn_param`: what `connect` and `accept` put in the REQ
+/// and the REP.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnParam {
+    /// User private data: at most 56 bytes in a REQ (after the IP CM
+    /// header), 196 in a REP, 148 in a REJ.
+    pub private_data: Vec<u8>,
+    pub responder_resources: u8,
+    pub initiator_depth: u8,
+    /// 3 bits.
+    pub retry_count: u8,
+    /// 3 bits; 7 retries without end.
+    pub rnr_retry_count: u8,
+}
+
+impl Default for ConnParam {
+    /// The values rping uses: one READ each way, retries 7.
+    fn default() -> ConnParam {
+        ConnParam {
+            private_data: Vec::new(),
+            responder_resources: 1,
+            initiator_depth: 1,
+            retry_count: 7,
+            rnr_retry_count: 7,
+        }
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct IdState {
+    agent: Option<Arc<CmAgent>>,
+    sgid_index: u8,
+    src: Option<SocketAddr>,
+    dst: Option<SocketAddr>,
+    route: Option<resolve::ResolvedRoute>,
+    comm: Option<CommId>,
+    qp: Option<Qp>,
+    listening: Option<u64>,
+    /// The peer's private data of the REQ or REP, for the Established event.
+    peer_private_data: Vec<u8>,
+}
+
+pub(crate) struct IdShared {
+    pub channel: EventChannel,
+    ps: PortSpace,
+    st: Mutex<IdState>,
+}
+
+/// An RDMA CM ID; clones name the same ID.
+#[derive(Clone)]
+pub struct CmId(pub(crate) Arc<IdShared>);
+
+impl std::fmt::Debug for CmId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let st = self.lock();
+        f.debug_struct("CmId")
+            .field("src", &st.src)
+            .field("dst", &st.dst)
+            .field("comm", &st.comm)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for CmId {
+    fn eq(&self, other: &CmId) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+/// An ephemeral port for an ID bound without one (the kernel's range
+/// starts at 32768; the pid and a counter keep concurrent processes apart).
+fn ephemeral_port() -> u16 {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    32768 + ((std::process::id().wrapping_mul(7919).wrapping_add(n)) % 28000) as u16
+}
+
+/// A 24-bit starting PSN that differs between connections.
+fn starting_psn(qpn: u32) -> u32 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    (t ^ qpn.wrapping_mul(0x9e37_79b9)) & 0xff_ffff
+}
+
+fn path_mtu_from_code(code: u8) -> PathMtu {
+    PathMtu::ALL
+        .get(usize::from(code.clamp(1, 5) - 1))
+        .copied()
+        .unwrap_or(PathMtu::Mtu1024)
+}
+
+/// The QP's RTR and RTS attributes from what the REQ and REP settled.
+pub(crate) fn ready_params(dev: &Device, a: &QpAttrs) -> ReadyParams {
+    let sgid_index = dev.find_gid(&a.path.sgid).map_or(0, |(_, i)| i);
+    let remote = RemoteQp {
+        qpn: a.dest_qpn,
+        psn: Psn::new(a.rq_psn),
+        av: AddressVector {
+            dgid: a.path.dgid,
+            sgid_index,
+            hop_limit: a.path.hop_limit,
+            traffic_class: a.path.traffic_class,
+            flow_label: a.path.flow_label,
+            sl: a.path.sl,
+            ..AddressVector::default()
+        },
+        path_mtu: path_mtu_from_code(a.path_mtu),
+    };
+    let sq_psn = Psn::new(a.sq_psn);
+    match a.qp_type {
+        ConnQpType::Rc => ReadyParams::Rc {
+            sq_psn,
+            remote,
+            rc: RcParams {
+                max_dest_rd_atomic: a.max_dest_rd_atomic,
+                min_rnr_timer: a.min_rnr_timer,
+                timeout: a.timeout,
+                retry_cnt: a.retry_cnt,
+                rnr_retry: a.rnr_retry,
+                max_rd_atomic: a.max_rd_atomic,
+            },
+        },
+        ConnQpType::Uc => ReadyParams::Uc { sq_psn, remote },
+    }
+}
+
+/// INIT (if still in RESET) → RTR → RTS with the CM's attributes.
+pub(crate) fn bring_up(dev: &Device, qp: &Qp, a: &QpAttrs) -> Result<()> {
+    if qp.query()?.attr.qp_state == Some(QpState::Reset) {
+        connect::to_init(qp, &init_params(a.remote_read))?;
+    }
+    connect::ready(qp, &ready_params(dev, a))?;
+    Ok(())
+}
+
+fn init_params(read_atomic: bool) -> InitParams {
+    let mut access = AccessFlags::REMOTE_WRITE;
+    if read_atomic {
+        access = access | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
+    }
+    InitParams::connected(access)
+}
+
+impl CmId {
+    /// `rdma_create_id` on `channel`; RC services (`RDMA_PS_TCP`) are
+    /// served, UD ones (`RDMA_PS_UDP`, SIDR) not yet.
+    pub fn new(channel: &EventChannel, ps: PortSpace) -> Result<CmId> {
+        if ps != PortSpace::Tcp {
+            return Err(CmApiError::Unsupported(
+                "a port space other than RDMA_PS_TCP",
+            ));
+        }
+        Ok(CmId(Arc::new(IdShared {
+            channel: channel.clone(),
+            ps,
+            st: Mutex::default(),
+        })))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, IdState> {
+        self.0.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn push(&self, ev: RdmaCmEvent) {
+        self.0.channel.0.push(ev);
+    }
+
+    pub(crate) fn qp(&self) -> Option<Qp> {
+        self.lock().qp.clone()
+    }
+
+    pub(crate) fn set_peer_private_data(&self, d: Vec<u8>) {
+        self.lock().peer_private_data = d;
+    }
+
+    pub(crate) fn peer_private_data(&self) -> Vec<u8> {
+        self.lock().peer_private_data.clone()
+    }
+
+    /// The ID a ConnectRequest creates on the listener's channel.
+    pub(crate) fn child(&self, dev: &Device, comm: CommId, sgid_index: u8, r: &ReqRepr) -> CmId {
+        let (agent, src) = {
+            let st = self.lock();
+            (st.agent.clone(), st.src)
+        };
+        let hdr = IpCmHeader::parse(r.private_data.as_bytes()).ok();
+        let dst = hdr.map(|h| SocketAddr::new(h.src, h.src_port));
+        let src = match (hdr, src) {
+            (Some(h), Some(s)) => Some(SocketAddr::new(h.dst, s.port())),
+            (_, s) => s,
+        };
+        let route = resolve::resolve_route(dev).ok();
+        CmId(Arc::new(IdShared {
+            channel: self.0.channel.clone(),
+            ps: self.0.ps,
+            st: Mutex::new(IdState {
+                agent,
+                sgid_index,
+                src,
+                dst,
+                route,
+                comm: Some(comm),
+                peer_private_data: r
+                    .private_data
+                    .as_bytes()
+                    .get(ip_cm::HEADER_LEN..)
+                    .unwrap_or_default()
+                    .to_vec(),
+                ..IdState::default()
+            }),
+        }))
+    }
+
+    /// The device the ID is bound to, once bound or resolved (`id->verbs`).
+    pub fn device(&self) -> Option<Device> {
+        self.lock().agent.as_ref().map(|a| a.dev.clone())
+    }
+
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.lock().src
+    }
+
+    pub fn remote_addr(&self) -> Option<SocketAddr> {
+        self.lock().dst
+    }
+
+    pub fn port_space(&self) -> PortSpace {
+        self.0.ps
+    }
+
+    /// The QP made with [`CmId::create_qp`] (`id->qp`).
+    pub fn qp_handle(&self) -> Option<Qp> {
+        self.qp()
+    }
+
+    /// The channel events of this ID go to.
+    pub fn channel(&self) -> &EventChannel {
+        &self.0.channel
+    }
+
+    fn attach(&self, st: &mut IdState, dev: &Device, sgid_index: u8) -> Result<()> {
+        if let Some(a) = &st.agent {
+            if &a.dev != dev {
+                return Err(CmApiError::WrongDevice);
+            }
+        } else {
+            st.agent = Some(agent(dev)?);
+        }
+        st.sgid_index = sgid_index;
+        Ok(())
+    }
+
+    /// `rdma_bind_addr`: a local address of a device, and a port (0 picks
+    /// one). An unspecified address (listen on every device) is refused for
+    /// now.
+    pub fn bind_addr(&self, addr: SocketAddr) -> Result<()> {
+        if addr.ip().is_unspecified() {
+            return Err(CmApiError::Unsupported(
+                "binding to the unspecified address",
+            ));
+        }
+        let (dev, idx) = resolve::device_for(addr.ip()).ok_or(CmApiError::NoDevice(addr.ip()))?;
+        let mut st = self.lock();
+        self.attach(&mut st, &dev, idx)?;
+        let port = if addr.port() == 0 {
+            ephemeral_port()
+        } else {
+            addr.port()
+        };
+        st.src = Some(SocketAddr::new(addr.ip(), port));
+        Ok(())
+    }
+
+    /// `rdma_resolve_addr`: picks the device and source address for `dst`
+    /// (see [`resolve::resolve_addr`]); `AddrResolved` follows. The timeout
+    /// is unused: nothing goes on the wire.
+    pub fn resolve_addr(
+        &self,
+        src: Option<SocketAddr>,
+        dst: SocketAddr,
+        _timeout: Duration,
+    ) -> Result<()> {
+        let bound = self.lock().src;
+        let want = src.or(bound);
+        let r = resolve::resolve_addr(want.map(|s| s.ip()), dst.ip())?;
+        if matches!(
+            (r.src, r.dst),
+            (IpAddr::V4(_), IpAddr::V6(_)) | (IpAddr::V6(_), IpAddr::V4(_))
+        ) {
+            return Err(CmApiError::Unsupported(
+                "a source and destination of two IP versions",
+            ));
+        }
+        {
+            let mut st = self.lock();
+            self.attach(&mut st, &r.device, r.sgid_index)?;
+            let port = want
+                .map(|s| s.port())
+                .filter(|p| *p != 0)
+                .unwrap_or_else(ephemeral_port);
+            st.src = Some(SocketAddr::new(r.src, port));
+            st.dst = Some(dst);
+        }
+        self.push(RdmaCmEvent::AddrResolved { id: self.clone() });
+        Ok(())
+    }
+
+    /// `rdma_resolve_route`: the path MTU (the port's active MTU), hop
+    /// limit and traffic class; `RouteResolved` follows.
+    pub fn resolve_route(&self, _timeout: Duration) -> Result<()> {
+        let dev = self.device().ok_or(CmApiError::NotReady("resolve_addr"))?;
+        let route = resolve::resolve_route(&dev)?;
+        self.lock().route = Some(route);
+        self.push(RdmaCmEvent::RouteResolved { id: self.clone() });
+        Ok(())
+    }
+
+    /// `rdma_create_qp`: an RC QP on the ID's device, taken to INIT now;
+    /// `connect` or `accept` take it through RTR and RTS.
+    pub fn create_qp(&self, pd: &Pd, init: &QpInitAttr<'_>) -> Result<Qp> {
+        let dev = self
+            .device()
+            .ok_or(CmApiError::NotReady("bind_addr or resolve_addr"))?;
+        if pd.device() != dev {
+            return Err(CmApiError::WrongDevice);
+        }
+        if init.qp_type != QpType::Rc {
+            return Err(CmApiError::Unsupported("a QP type other than RC"));
+        }
+        let qp = pd.create_qp(init)?;
+        if let Err(e) = connect::to_init(&qp, &init_params(true)) {
+            let _ = qp.destroy();
+            return Err(e.into());
+        }
+        self.lock().qp = Some(qp.clone());
+        Ok(qp)
+    }
+
+    /// `rdma_connect`: sends the REQ. With a QP, the REP takes it to RTR
+    /// and RTS and the RTU follows by itself (then `Established`); without
+    /// one, `ConnectResponse` comes and [`CmId::establish`] answers it.
+    pub fn connect(&self, p: &ConnParam) -> Result<()> {
+        let (agent, src, dst, route, sgid_index, qp) = {
+            let st = self.lock();
+            if st.comm.is_some() {
+                return Err(CmApiError::Unsupported("connecting an ID twice"));
+            }
+            let agent = st
+                .agent
+                .clone()
+                .ok_or(CmApiError::NotReady("resolve_addr"))?;
+            let dst = st.dst.ok_or(CmApiError::NotReady("resolve_addr"))?;
+            let src = st.src.ok_or(CmApiError::NotReady("resolve_addr"))?;
+            let route = st.route.ok_or(CmApiError::NotReady("resolve_route"))?;
+            (agent, src, dst, route, st.sgid_index, st.qp.clone())
+        };
+        let qpn = qp.as_ref().map_or(0, |q| q.qp_num());
+        let hdr = IpCmHeader {
+            src_port: src.port(),
+            src: src.ip(),
+            dst: dst.ip(),
+        };
+        let private_data = hdr.with_user_data(&p.private_data, req::PRIVATE_DATA_LEN)?;
+        let remote_gid = gid_of(dst.ip());
+        let local_gid = gid_of(src.ip());
+        let mut cp = ConnectParams::rc(
+            ip_cm::service_id(self.0.ps, dst.port()),
+            qpn,
+            starting_psn(qpn),
+            local_gid,
+            remote_gid,
+        );
+        cp.responder_resources = p.responder_resources;
+        cp.initiator_depth = p.initiator_depth;
+        cp.retry_count = p.retry_count;
+        cp.rnr_retry_count = p.rnr_retry_count;
+        cp.path_mtu = route.path_mtu as u8 + 1;
+        cp.path.hop_limit = route.hop_limit;
+        cp.path.traffic_class = route.traffic_class;
+        cp.pkey = agent.dev.query_pkey(PORT, 0).unwrap_or(0xffff);
+        cp.private_data = private_data;
+        let weak = Arc::downgrade(&self.0);
+        let comm = agent.with(|st, now| {
+            let comm = st.ep.connect(now, cp)?;
+            st.conns.insert(comm, weak);
+            st.sgid_for.insert(remote_gid, sgid_index);
+            Ok::<_, CmApiError>(comm)
+        })?;
+        self.lock().comm = Some(comm);
+        Ok(())
+    }
+
+    /// `rdma_listen`: REQs for the bound port become `ConnectRequest`s
+    /// (the backlog is not limited).
+    pub fn listen(&self, _backlog: i32) -> Result<()> {
+        let (agent, src) = {
+            let st = self.lock();
+            (
+                st.agent.clone().ok_or(CmApiError::NotReady("bind_addr"))?,
+                st.src.ok_or(CmApiError::NotReady("bind_addr"))?,
+            )
+        };
+        let sid = ip_cm::service_id(self.0.ps, src.port());
+        let weak = Arc::downgrade(&self.0);
+        agent.with(|st, _| {
+            st.ep.listen(sid)?;
+            st.listeners.insert(sid, weak);
+            Ok::<_, CmApiError>(())
+        })?;
+        self.lock().listening = Some(sid);
+        Ok(())
+    }
+
+    fn conn(&self) -> Result<(Arc<CmAgent>, CommId)> {
+        let st = self.lock();
+        match (&st.agent, st.comm) {
+            (Some(a), Some(c)) => Ok((a.clone(), c)),
+            _ => Err(CmApiError::NotReady("connect or a ConnectRequest")),
+        }
+    }
+
+    /// `rdma_accept` on the ID of a `ConnectRequest`: the QP goes to RTR
+    /// and RTS with what the REQ and our REP settle, then the REP is sent;
+    /// `Established` follows the RTU.
+    pub fn accept(&self, p: &ConnParam) -> Result<()> {
+        let (agent, comm) = self.conn()?;
+        let qp = self.qp().ok_or(CmApiError::NotReady("create_qp"))?;
+        let qpn = qp.qp_num();
+        let mut ap = AcceptParams::new(qpn, starting_psn(qpn));
+        ap.responder_resources = p.responder_resources;
+        ap.initiator_depth = p.initiator_depth;
+        ap.rnr_retry_count = p.rnr_retry_count;
+        ap.private_data = p.private_data.clone();
+        let dev = agent.dev.clone();
+        agent.with(|st, now| {
+            st.ep.accept(now, comm, ap)?;
+            let attrs = st.ep.qp_attrs(comm)?;
+            // The REP is queued, not sent: the QP is ready before the
+            // peer can send to it.
+            if let Err(e) = bring_up(&dev, &qp, &attrs) {
+                let _ = st.ep.reject(now, comm, RejectReason::ConsumerDefined, &[]);
+                return Err(e);
+            }
+            Ok(())
+        })
+    }
+
+    /// `rdma_reject` on the ID of a `ConnectRequest` (REJ reason 28,
+    /// consumer defined, as librdmacm sends).
+    pub fn reject(&self, private_data: &[u8]) -> Result<()> {
+        let (agent, comm) = self.conn()?;
+        agent.with(|st, now| {
+            st.ep
+                .reject(now, comm, RejectReason::ConsumerDefined, private_data)
+        })?;
+        Ok(())
+    }
+
+    /// `rdma_establish`: the RTU for a `ConnectResponse` (an ID without a QP).
+    pub fn establish(&self) -> Result<()> {
+        let (agent, comm) = self.conn()?;
+        agent.with(|st, _| st.ep.send_rtu(comm, &[]))?;
+        Ok(())
+    }
+
+    /// The attributes the REQ and REP settled (`rdma_init_qp_attr`), for
+    /// a consumer that brings its own QP up.
+    pub fn qp_attrs(&self) -> Result<QpAttrs> {
+        let (agent, comm) = self.conn()?;
+        Ok(agent.with(|st, _| st.ep.qp_attrs(comm))?)
+    }
+
+    /// `rdma_disconnect`: the QP goes to Error (its work flushes) and a
+    /// DREQ goes out; `Disconnected` follows the DREP.
+    pub fn disconnect(&self) -> Result<()> {
+        let (agent, comm) = self.conn()?;
+        if let Some(qp) = self.qp() {
+            let _ = qp.modify(&QpAttr {
+                qp_state: Some(QpState::Error),
+                ..QpAttr::default()
+            });
+        }
+        agent.with(|st, now| st.ep.disconnect(now, comm, &[]))?;
+        Ok(())
+    }
+
+    /// `rdma_destroy_id`: stops listening, and the ID hears no more events
+    /// (a connection still up is disconnected first).
+    pub fn destroy(&self) -> Result<()> {
+        let (agent, comm, listening) = {
+            let mut st = self.lock();
+            (st.agent.clone(), st.comm.take(), st.listening.take())
+        };
+        let Some(agent) = agent else { return Ok(()) };
+        agent.with(|st, now| {
+            if let Some(sid) = listening {
+                let _ = st.ep.unlisten(sid);
+                st.listeners.remove(&sid);
+            }
+            if let Some(c) = comm {
+                let _ = st.ep.disconnect(now, c, &[]);
+                st.conns.remove(&c);
+            }
+        });
+        Ok(())
+    }
+}

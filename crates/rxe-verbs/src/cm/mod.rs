@@ -1,0 +1,24 @@
+//! The RDMA connection manager on a device, in librdmacm's shape.
+//!
+//! - [`gsi`](self) QP1 of the device (created at the first use of the CM);
+//! - the agent: the sans-IO `rxe_cm::CmEndpoint` driven with the device's
+//!   clock and QP1, its timers on a small thread;
+//! - [`resolve`]: IP → GID, device and source address, path MTU;
+//! - [`CmId`] and [`EventChannel`]: `rdma_create_id`, `rdma_resolve_addr`,
+//!   `rdma_connect`, `rdma_listen`, `rdma_accept`, `rdma_get_cm_event`...
+//!
+//! How the pieces fit is in `docs/rdma-cm.md` ("The agent and the API").
+
+pub(crate) mod agent;
+mod channel;
+mod error;
+mod gsi;
+mod id;
+pub mod resolve;
+
+pub use agent::{configure, start};
+pub use channel::{ChannelHook, EventChannel, NextEvent, RdmaCmEvent};
+pub use error::CmApiError;
+pub use id::{CmId, ConnParam};
+pub use rxe_cm::ip_cm::PortSpace;
+pub use rxe_cm::CmConfig;

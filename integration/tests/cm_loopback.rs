@@ -1,0 +1,342 @@
+//! The RDMA CM API over real UDP on loopback (127.0.140.0/24): two
+//! devices, each with QP1 and its CM agent, connect with `CmId`s as rping
+//! does (resolve, connect, listen, accept), move data over the connected
+//! RC QP, disconnect; refusals end in Rejected, a destination without a
+//! device in Unreachable; MADs are counted.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use rxe_integration::verbs_harness::*;
+use rxe_verbs::cm::{self, CmId, ConnParam, EventChannel, PortSpace, RdmaCmEvent};
+use rxe_verbs::*;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// A device whose CM gives up quickly: a 268 ms CM response time, a 4 ms
+/// packet lifetime (a 134 ms TimeWait) and 3 retries.
+fn cm_node(ip: &str) -> Node {
+    let n = Node::new(ip);
+    cm::configure(&n.dev, |c| {
+        c.cm_response_timeout = 16;
+        c.packet_life_time = 10;
+        c.max_cm_retries = 3;
+    })
+    .expect("configure");
+    n
+}
+
+fn addr(s: &str) -> SocketAddr {
+    s.parse().expect("socket address")
+}
+
+fn next(ch: &EventChannel) -> RdmaCmEvent {
+    ch.get_event_timeout(WAIT).expect("a CM event within 10 s")
+}
+
+fn rc_attr(n: &Node) -> QpInitAttr<'_> {
+    QpInitAttr {
+        qp_type: QpType::Rc,
+        send_cq: &n.cq,
+        recv_cq: &n.cq,
+        srq: None,
+        cap: QpCap::default(),
+        sq_sig_all: false,
+    }
+}
+
+fn wr(wr_id: u64, op: SendOp, sge: Sge) -> SendWr {
+    SendWr {
+        wr_id,
+        op,
+        data: SendData::Sges(vec![sge]),
+        signaled: true,
+        fence: false,
+        solicited: false,
+        ud: None,
+    }
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(13) ^ seed)
+        .collect()
+}
+
+/// A listener on `ip:port`.
+fn listen(n: &Node, at: &str) -> (EventChannel, CmId) {
+    let ch = EventChannel::new();
+    let id = CmId::new(&ch, PortSpace::Tcp).expect("id");
+    id.bind_addr(addr(at)).expect("bind");
+    id.listen(8).expect("listen");
+    assert_eq!(id.device().as_ref(), Some(&n.dev));
+    (ch, id)
+}
+
+/// A client ID from `src` to `dst`, resolved, with a QP, connect sent.
+fn dial(n: &Node, src: &str, dst: &str, private_data: &[u8]) -> (EventChannel, CmId, Qp) {
+    let ch = EventChannel::new();
+    let id = CmId::new(&ch, PortSpace::Tcp).expect("id");
+    id.resolve_addr(Some(addr(src)), addr(dst), WAIT)
+        .expect("resolve_addr");
+    assert!(matches!(next(&ch), RdmaCmEvent::AddrResolved { .. }));
+    assert_eq!(id.device().as_ref(), Some(&n.dev));
+    id.resolve_route(WAIT).expect("resolve_route");
+    assert!(matches!(next(&ch), RdmaCmEvent::RouteResolved { .. }));
+    let qp = id.create_qp(&n.pd, &rc_attr(n)).expect("create_qp");
+    id.connect(&ConnParam {
+        private_data: private_data.to_vec(),
+        ..ConnParam::default()
+    })
+    .expect("connect");
+    (ch, id, qp)
+}
+
+/// Takes a ConnectRequest, makes the child's QP (one receive posted into
+/// `n.mr` at `recv_at`) and accepts with the MR's address and rkey.
+fn take_and_accept(n: &Node, ch: &EventChannel, recv_at: usize) -> (CmId, Qp, Vec<u8>) {
+    let RdmaCmEvent::ConnectRequest {
+        id, private_data, ..
+    } = next(ch)
+    else {
+        panic!("expected a ConnectRequest");
+    };
+    let qp = id.create_qp(&n.pd, &rc_attr(n)).expect("create_qp");
+    qp.post_recv(RecvWr {
+        wr_id: recv_at as u64,
+        sg_list: vec![n.mr.sge(recv_at, 1024)],
+    })
+    .expect("post_recv");
+    let mut pd = n.mr.addr().to_be_bytes().to_vec();
+    pd.extend(n.mr.rkey().to_be_bytes());
+    id.accept(&ConnParam {
+        private_data: pd,
+        ..ConnParam::default()
+    })
+    .expect("accept");
+    (id, qp, private_data)
+}
+
+fn established(ch: &EventChannel) -> Vec<u8> {
+    match next(ch) {
+        RdmaCmEvent::Established { private_data, .. } => private_data,
+        e => panic!("expected Established, got {}", e.name()),
+    }
+}
+
+#[test]
+fn connect_move_data_and_disconnect() {
+    let srv = cm_node("127.0.140.1");
+    let cli = cm_node("127.0.140.2");
+    let (lch, _listener) = listen(&srv, "127.0.140.1:7471");
+    let (cch, cid, cqp) = dial(&cli, "127.0.140.2:0", "127.0.140.1:7471", b"hello");
+
+    let (sid, _sqp, req_pd) = take_and_accept(&srv, &lch, 0);
+    assert!(req_pd.starts_with(b"hello"), "{req_pd:?}");
+    assert_eq!(
+        sid.remote_addr().map(|a| a.ip()),
+        Some(addr("127.0.140.2:1").ip())
+    );
+    let rep_pd = established(&cch);
+    assert!(matches!(next(&lch), RdmaCmEvent::Established { .. }));
+    let raddr = u64::from_be_bytes(rep_pd[..8].try_into().unwrap());
+    let rkey = u32::from_be_bytes(rep_pd[8..12].try_into().unwrap());
+
+    // SEND, then RDMA WRITE to where the REP's private data said.
+    let msg = pattern(1000, 3);
+    cli.mr.write(0, &msg).unwrap();
+    cqp.post_send(wr(1, SendOp::Send, cli.mr.sge(0, 1000)))
+        .unwrap();
+    let big = pattern(20000, 9);
+    cli.mr.write(4096, &big).unwrap();
+    cqp.post_send(wr(
+        2,
+        SendOp::RdmaWrite {
+            remote_addr: raddr + 8192,
+            rkey,
+        },
+        cli.mr.sge(4096, 20000),
+    ))
+    .unwrap();
+    let wcs = cli.wait(2);
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
+    let rwc = srv.wait(1);
+    assert_eq!(rwc[0].status, WcStatus::Success);
+    assert_eq!(rwc[0].byte_len, 1000);
+    let mut got = vec![0u8; 1000];
+    srv.mr.read(0, &mut got).unwrap();
+    assert_eq!(got, msg);
+    let mut got = vec![0u8; 20000];
+    srv.mr.read(8192, &mut got).unwrap();
+    assert_eq!(got, big);
+
+    // Disconnect from the client: both sides hear it, then TimeWait ends.
+    cid.disconnect().expect("disconnect");
+    assert!(matches!(next(&cch), RdmaCmEvent::Disconnected { .. }));
+    assert!(matches!(next(&lch), RdmaCmEvent::Disconnected { .. }));
+    assert!(matches!(next(&cch), RdmaCmEvent::TimewaitExit { .. }));
+    assert!(matches!(next(&lch), RdmaCmEvent::TimewaitExit { .. }));
+
+    // REQ, RTU, DREQ in; REP, DREP out (at least: resends may add).
+    assert!(
+        srv.dev.counter("cm_rcvd_mads") >= 3,
+        "{:?}",
+        srv.dev.counters()
+    );
+    assert!(srv.dev.counter("cm_sent_mads") >= 2);
+    assert!(cli.dev.counter("cm_rcvd_mads") >= 2);
+    assert!(cli.dev.counter("cm_sent_mads") >= 3);
+    assert_eq!(srv.dev.counter("cm_gsi_malformed"), 0);
+}
+
+#[test]
+fn several_connections_at_once() {
+    let srv = cm_node("127.0.140.10");
+    let cli = cm_node("127.0.140.11");
+    let (lch, _listener) = listen(&srv, "127.0.140.10:7000");
+    let dials: Vec<_> = (0..4u8)
+        .map(|i| dial(&cli, "127.0.140.11:0", "127.0.140.10:7000", &[i]))
+        .collect();
+    let mut accepted = Vec::new();
+    for slot in 0..4 {
+        let (id, qp, pd) = take_and_accept(&srv, &lch, slot * 1024);
+        accepted.push((id, qp, pd[0], slot));
+    }
+    // Each client sees its own Established (one per channel).
+    for (ch, _, _) in &dials {
+        established(ch);
+    }
+    for _ in 0..4 {
+        assert!(matches!(next(&lch), RdmaCmEvent::Established { .. }));
+    }
+    // Client i sends 100 bytes of value i over its own QP.
+    for (i, (_, _, qp)) in dials.iter().enumerate() {
+        let off = 32768 + i * 1024;
+        cli.mr.fill(off, 100, 0x40 + i as u8).unwrap();
+        qp.post_send(wr(i as u64, SendOp::Send, cli.mr.sge(off, 100)))
+            .unwrap();
+    }
+    cli.wait(4);
+    let wcs = srv.wait(4);
+    for wc in wcs {
+        assert_eq!(wc.status, WcStatus::Success);
+        // The receive's slot is the accepted connection whose REQ carried
+        // the client's index: the bytes must be that client's.
+        let (_, _, who, _) = accepted
+            .iter()
+            .find(|a| a.3 as u64 * 1024 == wc.wr_id)
+            .expect("a slot");
+        let mut got = [0u8; 100];
+        srv.mr.read(wc.wr_id as usize, &mut got).unwrap();
+        assert_eq!(got, [0x40 + who; 100]);
+    }
+    for (_, id, _) in &dials {
+        id.disconnect().expect("disconnect");
+    }
+    for (ch, _, _) in &dials {
+        assert!(matches!(next(ch), RdmaCmEvent::Disconnected { .. }));
+    }
+}
+
+#[test]
+fn refusals_end_in_rejected() {
+    let srv = cm_node("127.0.140.20");
+    let cli = cm_node("127.0.140.21");
+    // Nobody listens on port 9: the CM answers REJ Invalid Service ID (8).
+    cm::start(&srv.dev).expect("QP1 up");
+    let (ch, _id, _qp) = dial(&cli, "127.0.140.21:0", "127.0.140.20:9", b"");
+    match next(&ch) {
+        RdmaCmEvent::Rejected { reason, .. } => assert_eq!(reason, 8),
+        e => panic!("expected Rejected, got {}", e.name()),
+    }
+    assert_eq!(srv.dev.counter("cm_rej_invalid_service_id"), 1);
+
+    // The listener refuses: consumer-defined (28), with its private data.
+    let (lch, _listener) = listen(&srv, "127.0.140.20:7001");
+    let (ch, _id, _qp) = dial(&cli, "127.0.140.21:0", "127.0.140.20:7001", b"");
+    let RdmaCmEvent::ConnectRequest { id, .. } = next(&lch) else {
+        panic!("expected a ConnectRequest");
+    };
+    id.reject(b"busy").expect("reject");
+    match next(&ch) {
+        RdmaCmEvent::Rejected {
+            reason,
+            private_data,
+            ..
+        } => {
+            assert_eq!(reason, 28);
+            assert!(private_data.starts_with(b"busy"));
+        }
+        e => panic!(
+            "expected Rejected, got {}: {:?} {:?}",
+            e.name(),
+            cli.dev.counters(),
+            srv.dev.counters()
+        ),
+    }
+}
+
+#[test]
+fn no_device_at_the_destination_ends_unreachable() {
+    let cli = cm_node("127.0.140.30");
+    let t0 = Instant::now();
+    let (ch, _id, _qp) = dial(&cli, "127.0.140.30:0", "127.0.140.250:7002", b"");
+    match next(&ch) {
+        RdmaCmEvent::Unreachable { .. } => {}
+        e => panic!("expected Unreachable, got {}", e.name()),
+    }
+    // 4 tries of 268 ms + 8 ms each.
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    assert!(cli.dev.counter("cm_retransmits") >= 3);
+    assert_eq!(cli.dev.counter("cm_timeouts"), 1);
+    // An address of no device cannot be a source.
+    let id = CmId::new(&ch, PortSpace::Tcp).unwrap();
+    assert!(matches!(
+        id.resolve_addr(Some(addr("127.0.140.251:0")), addr("127.0.140.30:1"), WAIT),
+        Err(cm::CmApiError::NoDevice(_))
+    ));
+}
+
+#[test]
+fn qp1_counts_mads_of_other_classes() {
+    let srv = cm_node("127.0.140.40");
+    let cli = Node::new("127.0.140.41");
+    // Start the server's CM (QP1) with a listener.
+    let (_lch, _listener) = listen(&srv, "127.0.140.40:7003");
+    // A UD QP whose Q_Key is QP1's sends a 256-byte MAD of class 0x04
+    // (not the CM's 0x07) to QPN 1.
+    let qp = cli.qp(QpType::Ud);
+    ud_up(&qp, 0x8001_0000, 0);
+    let mut mad = [0u8; 256];
+    mad[0] = 1; // base version
+    mad[1] = 0x04; // management class: performance
+    mad[2] = 2; // class version
+    mad[3] = 1; // method Get
+    cli.mr.write(0, &mad).unwrap();
+    let before = srv.dev.counter("cm_rcvd_mads");
+    qp.post_send(SendWr {
+        ud: Some(UdDest {
+            av: AddressVector {
+                dgid: srv.gid(),
+                hop_limit: 64,
+                ..AddressVector::default()
+            },
+            remote_qpn: 1,
+            remote_qkey: 0x8001_0000,
+        }),
+        ..wr(1, SendOp::Send, cli.mr.sge(0, 256))
+    })
+    .unwrap();
+    cli.wait(1);
+    let deadline = Instant::now() + WAIT;
+    while srv.dev.counter("cm_rcvd_mads") == before {
+        assert!(Instant::now() < deadline, "{:?}", srv.dev.counters());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(
+        srv.dev.counter("cm_drop_bad_field"),
+        1,
+        "{:?}",
+        srv.dev.counters()
+    );
+}
