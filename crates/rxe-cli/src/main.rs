@@ -12,6 +12,7 @@ mod devices;
 mod dissect;
 mod ibv_format;
 mod info;
+mod ladder;
 mod options;
 mod pattern;
 mod perf;
@@ -54,6 +55,9 @@ enum Command {
     Demo(demo::Args),
     /// Decode every RoCE packet (RoCEv2, RoCEv1, native IB) in a pcap or pcapng file.
     Dissect(dissect::Args),
+    /// Draw a capture as an RDMA ladder diagram with a byte map of every
+    /// packet: one self-contained HTML page.
+    Ladder(ladder::Args),
 }
 
 fn main() -> ExitCode {
@@ -65,6 +69,7 @@ fn main() -> ExitCode {
         Command::Perf(args) => perf::run(&args),
         Command::Demo(args) => demo::run(&args),
         Command::Dissect(args) => dissect::run(&args),
+        Command::Ladder(args) => ladder::run(&args),
     };
     match result {
         Ok(code) => code,
