@@ -148,7 +148,7 @@ fn make() -> Vec<(Duration, Vec<u8>)> {
     o.psn_a = Psn::new(0x100);
     o.psn_b = Psn::new(0x900);
     o.timeout = 10; // 4.096 us * 2^10 = 4.2 ms
-    o.min_rnr_timer = 10; // 0.96 ms
+    o.min_rnr_timer = 10; // 0.32 ms (IBTA 9.7.5.2.8, the RNR timer table)
     let (qa, qb) = connect(&mut sim, 0, 1, &o);
     let src = sim.nodes[0].reg(
         PD,
