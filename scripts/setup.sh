@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Installs what rxe's tests need on a fresh Debian 12 machine: tshark (the
-# tests check that Wireshark's dissector reads what rxe builds) and iproute2
-# (a test makes its own network namespace with a veth pair). The Rust
-# toolchain is expected to be there (rustup).
+# tests check that Wireshark's dissector reads what rxe builds), iproute2
+# (a test makes its own network namespace with a veth pair) and chromium
+# (headless: the `rxe ladder` page's browser test; RXE_SKIP_BROWSER=1 skips
+# it). The Rust toolchain is expected to be there (rustup).
 set -euo pipefail
 
 need_apt=()
 command -v tshark >/dev/null 2>&1 || need_apt+=(tshark)
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
     sudo=""
     [ "$(id -u)" -eq 0 ] || sudo="sudo"

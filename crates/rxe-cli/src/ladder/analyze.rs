@@ -461,7 +461,10 @@ impl Analyzer {
             m => {
                 if let Some(m) = m {
                     let gap = psn_diff(k.psn, m) - 1;
-                    if gap > 0 {
+                    // A READ request takes one PSN per response packet
+                    // (IBTA 9.7.2): PSNs after it may be its responses'.
+                    let after_read = r.reads.last().is_some_and(|&(p, _)| p == m);
+                    if gap > 0 && !after_read {
                         marks.push((
                             MarkKind::Gap,
                             format!(
@@ -743,7 +746,14 @@ pub fn analyze(pkts: &[Pkt]) -> Model {
             a.arrows[i].kind = Kind::Bad;
             a.summary.bad += 1;
             a.mark(i, MarkKind::Error, why.clone());
-            // A bad packet is dropped by the receiver: it tells no story.
+            // The receiver drops a bad packet, but its sender did send that
+            // PSN: a request still counts as sent (so its resending is a
+            // retransmission, and the next PSN no gap).
+            if let Some(tt @ (Transport::Rc | Transport::Uc | Transport::Xrc)) = t {
+                if operation(k).is_some_and(|o| o.is_request()) {
+                    a.request(i, k, (from, to), tt);
+                }
+            }
             continue;
         }
         if k.fecn || k.becn {

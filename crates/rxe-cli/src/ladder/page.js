@@ -340,6 +340,12 @@
   const hash = location.hash.slice(1);
   const st = /^selftest(?:=(\d+))?$/.exec(hash);
   if (st) selftest(st[1] ? +st[1] : P.length ? P[0].f : 0);
-  const fr = /^frame=(\d+)$/.exec(hash);
-  if (fr && byFrame.has(+fr[1])) select(byFrame.get(+fr[1]), true);
+  // #frame=N selects frame N; #frame=N&show=BTH also scrolls its byte map
+  // to that header (for pictures in the docs).
+  const fr = /^frame=(\d+)(?:&show=([\w.]+))?$/.exec(hash);
+  if (fr && byFrame.has(+fr[1])) {
+    select(byFrame.get(+fr[1]), true);
+    const t = fr[2] && detail.querySelector('table[data-layer="' + fr[2] + '"]');
+    if (t) detail.scrollTop = t.offsetTop - detail.offsetTop - 40;
+  }
 })();
