@@ -405,3 +405,22 @@ fn the_simulator_capture_tells_its_whole_story() {
     assert_eq!(m.summary.naks.get("NAK(PSN sequence error)"), Some(&2));
     assert_eq!(m.summary.bad, 1);
 }
+
+#[test]
+fn rxe_demo_pairs_reads_atomics_and_ud() {
+    let m = model_of("rxe/rxe_demo.pcap");
+    assert_eq!(arrow(&m, 6).cover.as_ref().unwrap().frames, vec![3, 4, 5]);
+    assert_eq!(arrow(&m, 8).related, Some(7));
+    assert_eq!(arrow(&m, 9).related, Some(7));
+    assert_eq!(arrow(&m, 11).related, Some(10));
+    assert_eq!(arrow(&m, 13).related, Some(12));
+    // The atomic after the READ: the READ's response PSN is no gap.
+    assert!(arrow(&m, 10).marks.is_empty(), "{:?}", arrow(&m, 10));
+    let ud = arrow(&m, 14);
+    assert_eq!(ud.kind, Kind::Ud);
+    assert_eq!(m.lanes[ud.from].qpn, Some(0x712ff));
+    assert_eq!(m.lanes[ud.to].qpn, Some(0xe57e3));
+    // SEND, WRITE, READ, CMP_SWAP, FETCH_ADD and the UD SEND.
+    assert_eq!(m.summary.messages, 6);
+    assert!(m.arrows.iter().all(|a| a.marks.is_empty()));
+}
