@@ -84,7 +84,7 @@
     spacer.style.height = total + "px"; spacer.style.width = w + "px";
     svg.setAttribute("width", w);
     lanesDiv.style.width = w + "px";
-    let h = '<div class="tscale">time since first frame<br>rows: log-spaced, ≋ = cut gap</div>';
+    let h = '<div class="tscale" title="time since the first frame, and the frame number; rows are spaced by the log of the time between packets; a long pause is cut out and marked ≋">time ↓<br>ms · frame</div>';
     M.lanes.forEach((l, i) => { h += '<div data-lane="' + i + '" class="' + (S.lane === i ? "on" : "") + '" style="left:' + laneX(i) + 'px">' + esc(laneName(i)) + "</div>"; });
     lanesDiv.innerHTML = h;
     $("count").textContent = idx.length + " of " + P.length + " packets shown";
