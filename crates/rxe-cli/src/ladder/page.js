@@ -339,7 +339,7 @@
   }
   const hash = location.hash.slice(1);
   const st = /^selftest(?:=(\d+))?$/.exec(hash);
-  if (st) selftest(st[1] ? +st[1] : P.length ? P[0].f : 0);
+  if (st && P.length) selftest(st[1] ? +st[1] : P[0].f);
   // #frame=N selects frame N; #frame=N&show=BTH also scrolls its byte map
   // to that header (for pictures in the docs).
   const fr = /^frame=(\d+)(?:&show=([\w.]+))?$/.exec(hash);
