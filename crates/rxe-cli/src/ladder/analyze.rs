@@ -145,6 +145,9 @@ impl Arrow {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rtt {
     pub conn: usize,
+    /// The requester's and the responder's lanes.
+    pub requester: usize,
+    pub responder: usize,
     pub samples: usize,
     pub min: f64,
     pub median: f64,
@@ -287,6 +290,8 @@ struct Requester {
     /// PSN -> (arrow of the first copy, arrow of the latest copy).
     sent: HashMap<u32, (usize, usize)>,
     acked: Option<u32>,
+    /// The arrow of the response that last acknowledged something.
+    acked_by: Option<usize>,
     /// The last NAK or RNR NAK not yet answered by new requests.
     nak: Option<(usize, Syndrome, u32)>,
     /// Outstanding READ requests: (PSN, arrow).
@@ -362,6 +367,7 @@ impl Analyzer {
             return None;
         }
         r.acked = Some(upto);
+        r.acked_by = Some(at);
         let mut idx = Vec::new();
         for i in 0..n {
             if let Some(&(first, latest)) = r.sent.get(&psn_add(from, i)) {
@@ -421,6 +427,14 @@ impl Analyzer {
                             self.arrows[n].frame
                         )
                     }
+                    None if acked && r.acked_by.is_some() => {
+                        let by = r.acked_by.unwrap_or(i);
+                        format!(
+                            "resent {} after frame {} acknowledged it: the requester did not act on that ACK (lost after the capture point, or dropped by the requester) and its timer ran out (IBTA 9.7.5.1.1)",
+                            ms(now - self.arrows[by].time),
+                            self.arrows[by].frame
+                        )
+                    }
                     None => match before {
                         Some((first, latest)) => format!(
                             "timeout: PSN {} first sent in frame {}, no ACK for {} (IBTA 9.7.5.1.1)",
@@ -445,7 +459,7 @@ impl Analyzer {
                         marks.push((
                             MarkKind::Duplicate,
                             format!(
-                                "duplicate: PSN {} was already acknowledged; the responder answers it again without re-executing (IBTA 9.7.5.1.1)",
+                                "duplicate: PSN {} was already acknowledged; the responder acknowledges it again without executing it again (IBTA 9.7.5.1.1)",
                                 k.psn
                             ),
                         ));
@@ -804,6 +818,8 @@ pub fn analyze(pkts: &[Pkt]) -> Model {
         let conn = a.conn_ix[&(key.0.min(key.1), key.0.max(key.1))];
         rtt.push(Rtt {
             conn,
+            requester: key.0,
+            responder: key.1,
             samples: v.len(),
             min: v[0],
             median: v[v.len() / 2],

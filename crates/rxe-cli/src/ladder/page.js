@@ -275,8 +275,8 @@
     const naks = Object.entries(s.naks);
     h += "<tr><th>NAKs</th><td>" + (naks.length ? naks.map((e) => esc(e[0]) + ": " + e[1]).join("<br>") : "none") + "</td></tr></table>";
     if (s.rtt.length) {
-      h += "<p>RTT, request to first response (retransmitted requests left out):</p><table><tr><th>connection</th><th>samples</th><th>min</th><th>median</th><th>max</th></tr>";
-      s.rtt.forEach((r) => { const c = M.conns[r.conn]; h += "<tr><td>" + esc(c[2] + " " + laneName(c[0]) + " ⇄ " + laneName(c[1])) + "</td><td>" + r.samples + "</td><td>" + fmtDt(r.min) + "</td><td>" + fmtDt(r.median) + "</td><td>" + fmtDt(r.max) + "</td></tr>"; });
+      h += "<p>RTT, request to first response (retransmitted requests left out):</p><table><tr><th>requests</th><th>samples</th><th>min</th><th>median</th><th>max</th></tr>";
+      s.rtt.forEach((r) => { const c = M.conns[r.conn]; h += "<tr><td>" + esc(c[2] + " " + laneName(r.from) + " → " + laneName(r.to)) + "</td><td>" + r.samples + "</td><td>" + fmtDt(r.min) + "</td><td>" + fmtDt(r.median) + "</td><td>" + fmtDt(r.max) + "</td></tr>"; });
       h += "</table>";
     }
     $("summary-body").innerHTML = h;

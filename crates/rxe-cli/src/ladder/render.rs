@@ -49,7 +49,7 @@ pub fn model_json(name: &str, m: &Model, loaded: Loaded) -> Value {
             "duplicates": s.duplicates,
             "naks": s.naks,
             "cm": s.cm,
-            "rtt": s.rtt.iter().map(|r| json!({"conn": r.conn, "samples": r.samples, "min": r.min, "median": r.median, "max": r.max})).collect::<Vec<_>>(),
+            "rtt": s.rtt.iter().map(|r| json!({"conn": r.conn, "from": r.requester, "to": r.responder, "samples": r.samples, "min": r.min, "median": r.median, "max": r.max})).collect::<Vec<_>>(),
         },
         "pkts": pkts,
     })

@@ -158,6 +158,11 @@ fn a_timeout_retransmission_and_a_duplicate() {
     assert_eq!(arrow(&m, 2).related, Some(1));
     assert!(!arrow(&m, 2).has(MarkKind::Duplicate));
     assert!(arrow(&m, 4).has(MarkKind::Duplicate));
+    let t = text(arrow(&m, 4), MarkKind::Retransmit);
+    assert!(
+        t.contains("131.000 ms after frame 3 acknowledged it"),
+        "{t}"
+    );
     assert!(arrow(&m, 5).has(MarkKind::RepeatAck));
     assert_eq!(m.summary.retransmissions, 2);
     assert_eq!(m.summary.duplicates, 1);
