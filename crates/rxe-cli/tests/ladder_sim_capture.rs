@@ -8,10 +8,12 @@
 //! a node is written, as a capture on the receiving side would show it
 //! (a lost packet is not in it; the corrupted one is, with its bad ICRC).
 //!
-//! The run is deterministic (one seed, no random faults, simulated time),
-//! so the test remakes the file and checks it equals the committed one;
+//! The run is deterministic (one seed, no random faults, simulated time):
+//! the test remakes it, checks that it and the committed file both tell
+//! that story, and notes (without failing: engine changes may move
+//! timings) when the bytes differ;
 //! `RXE_REGEN_LADDER=1 cargo test -p rxe-cli --test ladder_sim_capture`
-//! rewrites it.
+//! rewrites the file.
 
 #[path = "../../rxe-core/tests/sim/mod.rs"]
 #[allow(clippy::all, unused_imports)]
@@ -258,10 +260,41 @@ fn write_pcap(frames: &[(Duration, Vec<u8>)], path: &Path) {
     w.finish().expect("finish pcap");
 }
 
+/// What the scenario must show: (PSN sequence error NAKs, RNR NAKs, bad
+/// ICRCs, READ responses, ATOMIC Acknowledges).
+fn story(frames: &[(Duration, Vec<u8>)]) -> (usize, usize, usize, usize, usize) {
+    use rxe_core::wire::dissect::dissect;
+    use rxe_core::wire::{NakCode, Syndrome};
+    let mut s = (0, 0, 0, 0, 0);
+    for (_, f) in frames {
+        let d = dissect(LinkType::Ethernet, f).unwrap().unwrap();
+        if d.icrc.is_err() {
+            s.2 += 1;
+        }
+        let Ok(p) = &d.packet else { continue };
+        match p.repr.ext.aeth.map(|a| a.syndrome) {
+            Some(Syndrome::Nak(NakCode::PsnSequenceError)) => s.0 += 1,
+            Some(Syndrome::RnrNak { .. }) => s.1 += 1,
+            _ => {}
+        }
+        match p.repr.bth.opcode.0 {
+            0x0d..=0x10 => s.3 += 1,
+            0x12 => s.4 += 1,
+            _ => {}
+        }
+    }
+    s
+}
+
 #[test]
-fn the_committed_capture_is_what_the_simulator_makes() {
+fn the_simulator_makes_the_committed_capture() {
     let frames = make();
-    assert!(frames.len() > 20, "{} frames", frames.len());
+    // Two NAKs (the lost SEND packet, the corrupted WRITE packet), RNR NAKs
+    // until the receives come, one bad ICRC, three READ responses, one
+    // ATOMIC Acknowledge (its first copy was lost).
+    let (naks, rnr, bad, read, atomic) = story(&frames);
+    assert_eq!((naks, bad, read, atomic), (2, 1, 3, 1), "{frames:?}");
+    assert!(rnr >= 2, "{rnr} RNR NAKs");
     let tmp = std::env::temp_dir().join(format!("rxe-ladder-sim-{}.pcap", std::process::id()));
     write_pcap(&frames, &tmp);
     let made = std::fs::read(&tmp).unwrap();
@@ -272,5 +305,23 @@ fn the_committed_capture_is_what_the_simulator_makes() {
     }
     let have =
         std::fs::read(committed()).expect("the committed capture (RXE_REGEN_LADDER=1 makes it)");
-    assert!(have == made, "integration/testdata/rxe/rxe_sim_faults.pcap differs from what the simulator makes now; RXE_REGEN_LADDER=1 rewrites it");
+    let mut f = Vec::new();
+    let mut r = rxe_pcap::CaptureReader::open(&committed()).unwrap();
+    while let Some(x) = r.next_frame().unwrap() {
+        f.push((x.timestamp, x.data));
+    }
+    assert_eq!(
+        story(&f),
+        (naks, rnr, bad, read, atomic),
+        "the committed capture tells another story"
+    );
+    // A change to the transport engine may change timings or packet order
+    // without changing the story: that is not a failure here (the golden
+    // file's own tests pin what they use), but say so.
+    if have != made {
+        eprintln!(
+            "NOTE: {} differs from what the simulator makes now; RXE_REGEN_LADDER=1 rewrites it",
+            committed().display()
+        );
+    }
 }

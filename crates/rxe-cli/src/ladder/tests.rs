@@ -466,3 +466,25 @@ fn truncated_and_corrupted_frames_do_not_panic() {
     assert_eq!(m.arrows.len(), pkts.len());
     assert!(m.summary.bad > 1_000);
 }
+
+#[test]
+fn ecn_bits_and_cnps_are_marked() {
+    let mut marked = BthKeys::bare(0x04, QB, 60);
+    marked.fecn = true;
+    let cnp = BthKeys::bare(0x81, QA, 0);
+    let p = |f: u64, src: &str, dst: &str, k: BthKeys| Pkt {
+        frame: f,
+        time: f as f64,
+        src: src.into(),
+        dst: dst.into(),
+        bth: Some(k),
+        problem: None,
+    };
+    let m = analyze(&[p(1, A, B, marked), p(2, B, A, cnp)]);
+    assert!(text(arrow(&m, 1), MarkKind::Ecn).contains("FECN"));
+    assert_eq!(arrow(&m, 2).kind, Kind::Cnp);
+    assert_eq!(arrow(&m, 2).label, "CNP");
+    assert!(arrow(&m, 2).has(MarkKind::Ecn));
+    // ECN is news, not trouble: "errors only" does not show it.
+    assert!(!MarkKind::Ecn.is_trouble());
+}
