@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs what rxe's tests need on a fresh Debian 12 machine: tshark (the
-# tests check that Wireshark's dissector reads what rxe builds) and iproute2
-# (a test makes its own network namespace with a veth pair), and Debian's
-# own RDMA programs with the libibverbs headers (the drop-in
-# libibverbs.so.1 is tested with ibverbs-utils and perftest, its struct
-# layouts against libibverbs-dev's headers). The Rust
-# toolchain is expected to be there (rustup).
+# tests check that Wireshark's dissector reads what rxe builds), iproute2
+# (a test makes its own network namespace with a veth pair), Debian's own
+# RDMA programs with the libibverbs headers (the drop-in libibverbs.so.1 is
+# tested with ibverbs-utils and perftest, its struct layouts against
+# libibverbs-dev's headers) and chromium (headless: the `rxe ladder` page's
+# browser test; RXE_SKIP_BROWSER=1 skips it). The Rust toolchain is
+# expected to be there (rustup).
 set -euo pipefail
 
 need_apt=()
@@ -14,6 +15,7 @@ command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 command -v ibv_rc_pingpong >/dev/null 2>&1 || need_apt+=(ibverbs-utils)
 command -v ib_write_bw >/dev/null 2>&1 || need_apt+=(perftest)
 [ -e /usr/include/infiniband/verbs.h ] || need_apt+=(libibverbs-dev)
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
     sudo=""
     [ "$(id -u)" -eq 0 ] || sudo="sudo"

@@ -13,6 +13,7 @@ mod dissect;
 mod exec;
 mod ibv_format;
 mod info;
+mod ladder;
 mod options;
 mod pattern;
 mod perf;
@@ -60,6 +61,9 @@ enum Command {
     /// -d rxe0 -x 0 ...`. The devices run inside the program, one address
     /// per process; see docs/ibverbs.md.
     Exec(exec::Args),
+    /// Draw a capture as an RDMA ladder diagram with a byte map of every
+    /// packet: one self-contained HTML page.
+    Ladder(ladder::Args),
 }
 
 fn main() -> ExitCode {
@@ -72,6 +76,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(&args),
         Command::Dissect(args) => dissect::run(&args),
         Command::Exec(args) => exec::run(&args),
+        Command::Ladder(args) => ladder::run(&args),
     };
     match result {
         Ok(code) => code,
