@@ -42,6 +42,7 @@ pub mod errno;
 pub mod foreign;
 mod handles;
 pub mod mr;
+pub mod newer;
 pub mod pd;
 pub mod qp;
 pub mod qp_ex;
