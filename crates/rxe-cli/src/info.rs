@@ -46,7 +46,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     let mut devs = Vec::new();
     let mut failed = false;
     for t in &targets {
-        match place::add_device(t) {
+        match place::add_device(t, None) {
             Ok(dev) => devs.push(dev),
             // With one target the error is the command's; with several,
             // report it and go on to the others.

@@ -3,6 +3,7 @@
 //! so each command adds its own and removes it when it ends.
 
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs, UdpSocket};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -38,6 +39,15 @@ impl Place {
     }
 }
 
+/// `--pcap FILE`: the device's live capture.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct Capture {
+    /// Write every packet the device sends and receives to this pcap file
+    /// (`rxe dissect` and `rxe ladder` read it).
+    #[arg(long, value_name = "FILE")]
+    pub pcap: Option<PathBuf>,
+}
+
 /// How a target reads in a message.
 pub fn describe(t: &Target) -> String {
     match t {
@@ -54,6 +64,7 @@ pub fn describe(t: &Target) -> String {
 /// closes; then it is removed (printing its counters with `--counters`).
 pub fn run_on_device(
     place: &Place,
+    capture: &Capture,
     host: Option<&str>,
     counters: bool,
     linger: Duration,
@@ -67,7 +78,7 @@ pub fn run_on_device(
             None => Target::Interface(default_interface()?),
         },
     };
-    let dev = add_device(&target)?;
+    let dev = add_device(&target, capture.pcap.as_deref())?;
     let result = session(&dev, &target);
     if result.is_ok() {
         std::thread::sleep(linger);
@@ -76,13 +87,14 @@ pub fn run_on_device(
     result.map(|()| ExitCode::SUCCESS)
 }
 
-/// Adds a device on `target`, with an error that says what went wrong in
-/// one line.
-pub fn add_device(target: &Target) -> Result<Device> {
-    let config = match target {
+/// Adds a device on `target`, recording its packets to `capture` if
+/// given, with an error that says what went wrong in one line.
+pub fn add_device(target: &Target, capture: Option<&Path>) -> Result<Device> {
+    let mut config = match target {
         Target::Address(ip) => DeviceConfig::on_address(*ip),
         Target::Interface(i) => DeviceConfig::on_interface(i),
     };
+    config.capture = capture.map(Path::to_path_buf);
     Device::add(config).with_context(|| format!("cannot add a device on {}", describe(target)))
 }
 

@@ -10,7 +10,7 @@ use rxe_verbs::{AccessFlags, PathMtu};
 use super::handshake::{self as hs, Flow, Verb};
 use super::report::BwUnit;
 use crate::options;
-use crate::place::Place;
+use crate::place::{Capture, Place};
 
 /// Defaults of perftest.
 const DEFAULT_BW_SIZE: u64 = 65536;
@@ -79,6 +79,8 @@ pub struct Args {
     atomic_type: Option<String>,
     #[command(flatten)]
     pub(super) place: Place,
+    #[command(flatten)]
+    pub(super) capture: Capture,
     /// At the end, print the device's nonzero counters on one line, as
     /// `rdma statistic show` does (duplicates re-acknowledged, NAKs, drops
     /// by reason ...).

@@ -69,6 +69,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     };
     place::run_on_device(
         &args.place,
+        &args.capture,
         cfg.host.as_deref(),
         args.counters,
         linger,

@@ -11,7 +11,7 @@ use rxe_verbs::{PathMtu, QpType};
 use super::handshake::{self, SRQ_MESSAGES};
 use crate::options;
 use crate::pattern::Role;
-use crate::place::Place;
+use crate::place::{Capture, Place};
 
 /// `srq_pingpong` has room for this many QPs (and always sends this many
 /// descriptions).
@@ -47,6 +47,8 @@ pub struct Args {
     host: Option<String>,
     #[command(flatten)]
     pub(super) place: Place,
+    #[command(flatten)]
+    pub(super) capture: Capture,
     /// At the end, print the device's nonzero counters on one line, as
     /// `rdma statistic show` does (duplicates re-acknowledged, NAKs, drops
     /// by reason ...).

@@ -47,6 +47,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     let host = cfg.host.clone();
     place::run_on_device(
         &args.place,
+        &args.capture,
         host.as_deref(),
         args.counters,
         LINGER,
