@@ -6,9 +6,9 @@
 //!  8 Remote QPN/EECN (24) | reserved   12 PrivateData (220)
 //! ```
 
-use super::field::cm_message;
+use super::field::{clear_data, cm_message, require_data};
 use super::private_data::PrivateData;
-use super::{MadError, DATA_LEN};
+use super::MadError;
 
 pub const PRIVATE_DATA_LEN: usize = 220;
 
@@ -38,14 +38,7 @@ pub struct DreqRepr {
 
 impl DreqRepr {
     pub fn parse<T: AsRef<[u8]>>(v: &Dreq<T>) -> Result<Self, MadError> {
-        let len = v.buffer.as_ref().len();
-        if len < DATA_LEN {
-            return Err(MadError::Truncated {
-                message: "DREQ",
-                len,
-                need: DATA_LEN,
-            });
-        }
+        require_data("DREQ", v.buffer.as_ref())?;
         Ok(DreqRepr {
             local_comm_id: v.local_comm_id(),
             remote_comm_id: v.remote_comm_id(),
@@ -55,9 +48,7 @@ impl DreqRepr {
     }
 
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, v: &mut Dreq<T>) {
-        if let Some(b) = v.buffer.as_mut().get_mut(..DATA_LEN) {
-            b.fill(0);
-        }
+        clear_data(v.buffer.as_mut());
         v.set_local_comm_id(self.local_comm_id);
         v.set_remote_comm_id(self.remote_comm_id);
         v.set_remote_qpn_eecn(self.remote_qpn_eecn & 0xff_ffff);

@@ -98,6 +98,28 @@ pub(crate) fn set(buf: &mut [u8], bit_offset: u16, bits: u8, value: u128) {
     write_bits(buf, usize::from(bit_offset), bits, value);
 }
 
+/// Whether `buf` holds a whole message's data area (DATA_LEN bytes after
+/// the MAD header); `Truncated` naming `message` if not.
+pub(crate) fn require_data(message: &'static str, buf: &[u8]) -> Result<(), crate::mad::MadError> {
+    let len = buf.len();
+    if len < crate::mad::DATA_LEN {
+        return Err(crate::mad::MadError::Truncated {
+            message,
+            len,
+            need: crate::mad::DATA_LEN,
+        });
+    }
+    Ok(())
+}
+
+/// Zeroes a message's data area before it is written, so that reserved
+/// bits go out as 0.
+pub(crate) fn clear_data(buf: &mut [u8]) {
+    if let Some(b) = buf.get_mut(..crate::mad::DATA_LEN) {
+        b.fill(0);
+    }
+}
+
 /// A byte run of the buffer, empty if the buffer is too short.
 pub(crate) fn blob(buf: &[u8], at: usize, len: usize) -> &[u8] {
     buf.get(at..at.saturating_add(len)).unwrap_or(&[])
@@ -135,14 +157,7 @@ macro_rules! cm_message {
             /// A view over `buffer`, which must hold a whole message
             /// ([`DATA_LEN`](crate::mad::DATA_LEN) bytes).
             pub fn new_checked(buffer: T) -> Result<Self, $crate::mad::MadError> {
-                let len = buffer.as_ref().len();
-                if len < $crate::mad::DATA_LEN {
-                    return Err($crate::mad::MadError::Truncated {
-                        message: $msg_name,
-                        len,
-                        need: $crate::mad::DATA_LEN,
-                    });
-                }
+                $crate::mad::field::require_data($msg_name, buffer.as_ref())?;
                 Ok($view { buffer })
             }
 

@@ -9,9 +9,9 @@
 //! 10 PrivateData (222)
 //! ```
 
-use super::field::cm_message;
+use super::field::{clear_data, cm_message, require_data};
 use super::private_data::PrivateData;
-use super::{MadError, DATA_LEN};
+use super::MadError;
 
 pub const PRIVATE_DATA_LEN: usize = 222;
 
@@ -53,14 +53,7 @@ pub struct MraRepr {
 impl MraRepr {
     /// Reads an MRA; the value 3 of Message MRAed is reserved and refused.
     pub fn parse<T: AsRef<[u8]>>(v: &Mra<T>) -> Result<Self, MadError> {
-        let len = v.buffer.as_ref().len();
-        if len < DATA_LEN {
-            return Err(MadError::Truncated {
-                message: "MRA",
-                len,
-                need: DATA_LEN,
-            });
-        }
+        require_data("MRA", v.buffer.as_ref())?;
         let message_mraed = match v.message_mraed() {
             0 => MessageMraed::Req,
             1 => MessageMraed::Rep,
@@ -83,9 +76,7 @@ impl MraRepr {
     }
 
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, v: &mut Mra<T>) {
-        if let Some(b) = v.buffer.as_mut().get_mut(..DATA_LEN) {
-            b.fill(0);
-        }
+        clear_data(v.buffer.as_mut());
         v.set_local_comm_id(self.local_comm_id);
         v.set_remote_comm_id(self.remote_comm_id);
         v.set_message_mraed(self.message_mraed as u8);
@@ -100,6 +91,7 @@ impl MraRepr {
 mod tests {
     use super::super::field::{assert_fields_isolated, assert_layout};
     use super::*;
+    use crate::mad::DATA_LEN;
 
     #[test]
     fn layout() {

@@ -9,9 +9,9 @@
 //! 10 Reason (16)             12 ARI (72)         84 PrivateData (148)
 //! ```
 
-use super::field::cm_message;
+use super::field::{clear_data, cm_message, require_data};
 use super::private_data::PrivateData;
-use super::{MadError, DATA_LEN};
+use super::MadError;
 
 pub const PRIVATE_DATA_LEN: usize = 148;
 /// Bytes of Additional Rejection Information.
@@ -139,14 +139,7 @@ impl RejRepr {
     /// Reads a REJ; Message REJected 3 is reserved and refused. An ARI
     /// length over 72 is kept as carried (the ARI itself is always 72 bytes).
     pub fn parse<T: AsRef<[u8]>>(v: &Rej<T>) -> Result<Self, MadError> {
-        let len = v.buffer.as_ref().len();
-        if len < DATA_LEN {
-            return Err(MadError::Truncated {
-                message: "REJ",
-                len,
-                need: DATA_LEN,
-            });
-        }
+        require_data("REJ", v.buffer.as_ref())?;
         let message_rejected = match v.message_rejected() {
             0 => MessageRejected::Req,
             1 => MessageRejected::Rep,
@@ -174,9 +167,7 @@ impl RejRepr {
     }
 
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, v: &mut Rej<T>) {
-        if let Some(b) = v.buffer.as_mut().get_mut(..DATA_LEN) {
-            b.fill(0);
-        }
+        clear_data(v.buffer.as_mut());
         v.set_local_comm_id(self.local_comm_id);
         v.set_remote_comm_id(self.remote_comm_id);
         v.set_message_rejected(self.message_rejected as u8);

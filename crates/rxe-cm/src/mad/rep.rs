@@ -10,9 +10,9 @@
 //!  28 Local CA GUID (8)              36 PrivateData (196)
 //! ```
 
-use super::field::cm_message;
+use super::field::{clear_data, cm_message, require_data};
 use super::private_data::PrivateData;
-use super::{MadError, DATA_LEN};
+use super::MadError;
 
 pub const PRIVATE_DATA_LEN: usize = 196;
 
@@ -72,14 +72,7 @@ pub struct RepRepr {
 
 impl RepRepr {
     pub fn parse<T: AsRef<[u8]>>(v: &Rep<T>) -> Result<Self, MadError> {
-        let len = v.buffer.as_ref().len();
-        if len < DATA_LEN {
-            return Err(MadError::Truncated {
-                message: "REP",
-                len,
-                need: DATA_LEN,
-            });
-        }
+        require_data("REP", v.buffer.as_ref())?;
         Ok(RepRepr {
             local_comm_id: v.local_comm_id(),
             remote_comm_id: v.remote_comm_id(),
@@ -101,9 +94,7 @@ impl RepRepr {
 
     /// Writes the REP (reserved bits zero, values truncated to their widths).
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, v: &mut Rep<T>) {
-        if let Some(b) = v.buffer.as_mut().get_mut(..DATA_LEN) {
-            b.fill(0);
-        }
+        clear_data(v.buffer.as_mut());
         v.set_local_comm_id(self.local_comm_id);
         v.set_remote_comm_id(self.remote_comm_id);
         v.set_local_qkey(self.local_qkey);

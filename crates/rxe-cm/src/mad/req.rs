@@ -26,7 +26,7 @@
 //! Packet Rate (6), Traffic Class (8), Hop Limit (8), SL (4) Subnet Local
 //! (1) reserved (3), Local ACK Timeout (5) reserved (3).
 
-use super::field::cm_message;
+use super::field::{clear_data, cm_message, require_data};
 use super::private_data::PrivateData;
 use super::{MadError, DATA_LEN};
 
@@ -209,14 +209,7 @@ impl ReqRepr {
     /// the length can fail; the values are checked by the state machine,
     /// which answers a bad one with the REJ reason the IBTA names.
     pub fn parse<T: AsRef<[u8]>>(v: &Req<T>) -> Result<Self, MadError> {
-        let len = v.buffer.as_ref().len();
-        if len < DATA_LEN {
-            return Err(MadError::Truncated {
-                message: "REQ",
-                len,
-                need: DATA_LEN,
-            });
-        }
+        require_data("REQ", v.buffer.as_ref())?;
         Ok(ReqRepr {
             local_comm_id: v.local_comm_id(),
             service_id: v.service_id(),
@@ -275,9 +268,7 @@ impl ReqRepr {
     /// Writes the REQ into `v` (232 bytes): reserved bits zero, values
     /// truncated to their fields' widths.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, v: &mut Req<T>) {
-        if let Some(b) = v.buffer.as_mut().get_mut(..DATA_LEN) {
-            b.fill(0);
-        }
+        clear_data(v.buffer.as_mut());
         v.set_local_comm_id(self.local_comm_id);
         v.set_service_id(self.service_id);
         v.set_local_ca_guid(self.local_ca_guid);

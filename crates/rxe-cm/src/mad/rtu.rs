@@ -5,9 +5,9 @@
 //!  0 Local Communication ID   4 Remote Communication ID   8 PrivateData (224)
 //! ```
 
-use super::field::cm_message;
+use super::field::{clear_data, cm_message, require_data};
 use super::private_data::PrivateData;
-use super::{MadError, DATA_LEN};
+use super::MadError;
 
 pub const PRIVATE_DATA_LEN: usize = 224;
 
@@ -33,14 +33,7 @@ pub struct RtuRepr {
 
 impl RtuRepr {
     pub fn parse<T: AsRef<[u8]>>(v: &Rtu<T>) -> Result<Self, MadError> {
-        let len = v.buffer.as_ref().len();
-        if len < DATA_LEN {
-            return Err(MadError::Truncated {
-                message: "RTU",
-                len,
-                need: DATA_LEN,
-            });
-        }
+        require_data("RTU", v.buffer.as_ref())?;
         Ok(RtuRepr {
             local_comm_id: v.local_comm_id(),
             remote_comm_id: v.remote_comm_id(),
@@ -49,9 +42,7 @@ impl RtuRepr {
     }
 
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, v: &mut Rtu<T>) {
-        if let Some(b) = v.buffer.as_mut().get_mut(..DATA_LEN) {
-            b.fill(0);
-        }
+        clear_data(v.buffer.as_mut());
         v.set_local_comm_id(self.local_comm_id);
         v.set_remote_comm_id(self.remote_comm_id);
         let pd = v.private_data_mut();

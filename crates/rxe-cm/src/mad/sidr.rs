@@ -10,9 +10,9 @@
 //!           24 ClassPortInfo (72)   96 PrivateData (136)
 //! ```
 
-use super::field::cm_message;
+use super::field::{clear_data, cm_message, require_data};
 use super::private_data::PrivateData;
-use super::{MadError, DATA_LEN};
+use super::MadError;
 
 pub const REQ_PRIVATE_DATA_LEN: usize = 216;
 pub const REP_PRIVATE_DATA_LEN: usize = 136;
@@ -104,14 +104,7 @@ pub struct SidrReqRepr {
 
 impl SidrReqRepr {
     pub fn parse<T: AsRef<[u8]>>(v: &SidrReq<T>) -> Result<Self, MadError> {
-        let len = v.buffer.as_ref().len();
-        if len < DATA_LEN {
-            return Err(MadError::Truncated {
-                message: "SIDR_REQ",
-                len,
-                need: DATA_LEN,
-            });
-        }
+        require_data("SIDR_REQ", v.buffer.as_ref())?;
         Ok(SidrReqRepr {
             request_id: v.request_id(),
             pkey: v.pkey(),
@@ -121,9 +114,7 @@ impl SidrReqRepr {
     }
 
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, v: &mut SidrReq<T>) {
-        if let Some(b) = v.buffer.as_mut().get_mut(..DATA_LEN) {
-            b.fill(0);
-        }
+        clear_data(v.buffer.as_mut());
         v.set_request_id(self.request_id);
         v.set_pkey(self.pkey);
         v.set_service_id(self.service_id);
@@ -149,14 +140,7 @@ pub struct SidrRepRepr {
 
 impl SidrRepRepr {
     pub fn parse<T: AsRef<[u8]>>(v: &SidrRep<T>) -> Result<Self, MadError> {
-        let len = v.buffer.as_ref().len();
-        if len < DATA_LEN {
-            return Err(MadError::Truncated {
-                message: "SIDR_REP",
-                len,
-                need: DATA_LEN,
-            });
-        }
+        require_data("SIDR_REP", v.buffer.as_ref())?;
         let mut class_port_info = [0u8; REP_INFO_LEN];
         let c = v.class_port_info();
         let n = c.len().min(REP_INFO_LEN);
@@ -174,9 +158,7 @@ impl SidrRepRepr {
     }
 
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, v: &mut SidrRep<T>) {
-        if let Some(b) = v.buffer.as_mut().get_mut(..DATA_LEN) {
-            b.fill(0);
-        }
+        clear_data(v.buffer.as_mut());
         v.set_request_id(self.request_id);
         v.set_status(self.status.code());
         v.set_additional_info_length(self.additional_info_length);
