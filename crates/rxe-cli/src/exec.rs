@@ -1,7 +1,8 @@
 //! `rxe exec`: run an unmodified libibverbs program over rxe.
 //!
-//! The program gets rxe's drop-in `libibverbs.so.1` (crate rxe-ibverbs)
-//! and the stub `libmlx5.so.1`/`libefa.so.1` that perftest links, with its
+//! The program gets rxe's drop-in `libibverbs.so.1` and `librdmacm.so.1`
+//! (both crate rxe-ibverbs) and the stub `libmlx5.so.1`/`libefa.so.1`
+//! that perftest links, with its
 //! devices named in `RXE_IBV_DEVICES`: `rxe0`, `rxe1`, ... on the places
 //! given by `--ip`/`-d`, in order, or without them one device per up,
 //! non-loopback interface with an address. The device runs inside the
@@ -51,8 +52,12 @@ pub struct Args {
 }
 
 /// The libraries a program needs: (file cargo builds, SONAME).
-const LIBS: [(&str, &str); 3] = [
+/// `librdmacm.so.1` is the same file as `libibverbs.so.1` (the rdma_*
+/// calls live in rxe-ibverbs): the loader maps one object under both
+/// names, because both links lead to one inode.
+const LIBS: [(&str, &str); 4] = [
     ("libibverbs.so", "libibverbs.so.1"),
+    ("libibverbs.so", "librdmacm.so.1"),
     ("libmlx5.so", "libmlx5.so.1"),
     ("libefa.so", "libefa.so.1"),
 ];

@@ -101,6 +101,7 @@ pub fn parse_devices(s: &str) -> (Vec<DeviceSpec>, Vec<String>) {
 
 /// The devices of this process's configuration, in order.
 pub fn configured() -> Vec<DeviceSpec> {
+    crate::log::init();
     match std::env::var("RXE_IBV_DEVICES") {
         Ok(s) => {
             let (specs, errors) = parse_devices(&s);

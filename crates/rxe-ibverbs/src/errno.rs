@@ -16,6 +16,14 @@ pub fn set_errno(e: i32) {
     unsafe { *libc::__errno_location() = e };
 }
 
+/// The calling thread's `errno` (what a failed call of ours just set).
+pub fn last_errno() -> i32 {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .filter(|e| *e != 0)
+        .unwrap_or(libc::EIO)
+}
+
 /// The errno value rdma-core (and kernel rxe behind it) gives for `e`.
 pub fn errno_of(e: &VerbsError) -> i32 {
     match e {

@@ -15,6 +15,12 @@ pub enum Kind {
     Qp,
     Srq,
     Ah,
+    /// `struct rdma_event_channel` (librdmacm).
+    CmChannel,
+    /// `struct rdma_cm_id` (librdmacm).
+    CmId,
+    /// `struct rdma_cm_event` handed out and not acked (librdmacm).
+    CmEvent,
 }
 
 static LIVE: LazyLock<RwLock<HashMap<usize, Kind>>> = LazyLock::new(RwLock::default);

@@ -40,7 +40,7 @@ impl Qp {
         handles::is(p, Kind::Qp).then(|| unsafe { &*p.cast::<Qp>() })
     }
 
-    fn set_state(&self, state: u32) {
+    pub(crate) fn set_state(&self, state: u32) {
         let p = &self.qpx.qp_base.state as *const u32 as *mut u32;
         // SAFETY: our own live struct's field; C reads it (as rdma-core's
         // ibv_modify_qp keeps it current).

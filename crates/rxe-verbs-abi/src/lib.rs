@@ -17,6 +17,7 @@
 
 pub mod consts;
 pub mod kern;
+pub mod rdmacm;
 mod structs;
 
 pub use structs::*;

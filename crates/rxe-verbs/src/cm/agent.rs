@@ -206,9 +206,7 @@ impl CmAgent {
         }
         for id in ids {
             let id = CmId(id);
-            id.0.channel
-                .0
-                .push(RdmaCmEvent::DeviceRemoval { id: id.clone() });
+            id.push(RdmaCmEvent::DeviceRemoval { id: id.clone() });
         }
     }
 
@@ -326,6 +324,7 @@ impl CmAgent {
                     None => cm_id.push(RdmaCmEvent::ConnectResponse {
                         id: cm_id.clone(),
                         private_data,
+                        peer: super::channel::PeerConnParam::of_rep(&rep),
                     }),
                 }
             }
@@ -393,6 +392,7 @@ impl CmAgent {
     }
 
     fn on_request(&self, comm: CommId, from: rxe_cm::MadAddr, req: &rxe_cm::mad::ReqRepr) {
+        let Ok(me) = agent(&self.dev) else { return };
         let listener = self
             .lock()
             .listeners
@@ -405,7 +405,7 @@ impl CmAgent {
             return;
         };
         let sgid_index = self.lock().sgid_for.get(&from.gid).copied().unwrap_or(0);
-        let child = listener.child(&self.dev, comm, sgid_index, req);
+        let child = listener.child(me, comm, sgid_index, req);
         let user = req
             .private_data
             .as_bytes()
@@ -417,6 +417,7 @@ impl CmAgent {
             id: child,
             listen_id: listener.clone(),
             private_data: user,
+            peer: super::channel::PeerConnParam::of_req(req),
         });
     }
 }

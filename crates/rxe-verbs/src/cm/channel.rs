@@ -28,10 +28,17 @@ pub enum RdmaCmEvent {
         listen_id: CmId,
         /// The user's private data (after the IP CM header).
         private_data: Vec<u8>,
+        /// What the REQ asks for.
+        peer: PeerConnParam,
     },
     /// `RDMA_CM_EVENT_CONNECT_RESPONSE`: the REP arrived for an ID without
     /// a QP; [`CmId::establish`] sends the RTU.
-    ConnectResponse { id: CmId, private_data: Vec<u8> },
+    ConnectResponse {
+        id: CmId,
+        private_data: Vec<u8>,
+        /// What the REP settled.
+        peer: PeerConnParam,
+    },
     /// `RDMA_CM_EVENT_ESTABLISHED`.
     Established { id: CmId, private_data: Vec<u8> },
     /// `RDMA_CM_EVENT_REJECTED`, with the REJ's reason code (IBTA 12.6.7.2:
@@ -49,6 +56,48 @@ pub enum RdmaCmEvent {
     TimewaitExit { id: CmId },
     /// `RDMA_CM_EVENT_DEVICE_REMOVAL`.
     DeviceRemoval { id: CmId },
+}
+
+/// `rdma_cm_event.param.conn` as the peer's REQ or REP set it, seen from
+/// this side: the peer's initiator depth is our responder resources and
+/// the other way round (IBTA 12.7.29, 12.7.30, unchecked numbers).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PeerConnParam {
+    pub responder_resources: u8,
+    pub initiator_depth: u8,
+    pub flow_control: bool,
+    /// The REQ's; 0 in a REP, which carries none.
+    pub retry_count: u8,
+    pub rnr_retry_count: u8,
+    pub srq: bool,
+    /// The peer's QP number.
+    pub qp_num: u32,
+}
+
+impl PeerConnParam {
+    pub fn of_req(r: &rxe_cm::mad::ReqRepr) -> PeerConnParam {
+        PeerConnParam {
+            responder_resources: r.initiator_depth,
+            initiator_depth: r.responder_resources,
+            flow_control: r.end_to_end_flow_control,
+            retry_count: r.retry_count,
+            rnr_retry_count: r.rnr_retry_count,
+            srq: r.srq,
+            qp_num: r.local_qpn,
+        }
+    }
+
+    pub fn of_rep(r: &rxe_cm::mad::RepRepr) -> PeerConnParam {
+        PeerConnParam {
+            responder_resources: r.initiator_depth,
+            initiator_depth: r.responder_resources,
+            flow_control: r.end_to_end_flow_control,
+            retry_count: 0,
+            rnr_retry_count: r.rnr_retry_count,
+            srq: r.srq,
+            qp_num: r.local_qpn,
+        }
+    }
 }
 
 impl RdmaCmEvent {

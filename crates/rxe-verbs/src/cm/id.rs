@@ -38,6 +38,11 @@ pub struct ConnParam {
     pub retry_count: u8,
     /// 3 bits; 7 retries without end.
     pub rnr_retry_count: u8,
+    /// The QP number to announce for an ID without a QP (the consumer
+    /// brings its own up with [`CmId::qp_attrs`]); ignored with one.
+    pub qp_num: u32,
+    /// That QP uses an SRQ (the REQ's and REP's SRQ bit).
+    pub srq: bool,
 }
 
 impl Default for ConnParam {
@@ -49,6 +54,8 @@ impl Default for ConnParam {
             initiator_depth: 1,
             retry_count: 7,
             rnr_retry_count: 7,
+            qp_num: 0,
+            srq: false,
         }
     }
 }
@@ -63,12 +70,18 @@ pub(crate) struct IdState {
     comm: Option<CommId>,
     qp: Option<Qp>,
     listening: Option<u64>,
+    /// The agents a wildcard listener (bound to 0.0.0.0 or ::) listens
+    /// on: every device's.
+    listen_agents: Vec<Arc<CmAgent>>,
+    /// The ToS (`RDMA_OPTION_ID_TOS`): the path's traffic class.
+    tos: Option<u8>,
     /// The peer's private data of the REQ or REP, for the Established event.
     peer_private_data: Vec<u8>,
 }
 
 pub(crate) struct IdShared {
-    pub channel: EventChannel,
+    /// Changed by [`CmId::migrate`].
+    channel: Mutex<EventChannel>,
     ps: PortSpace,
     st: Mutex<IdState>,
 }
@@ -170,6 +183,17 @@ fn init_params(read_atomic: bool) -> InitParams {
     InitParams::connected(access)
 }
 
+fn agent_of(dev: &Device) -> Result<Arc<CmAgent>> {
+    Ok(agent(dev)?)
+}
+
+fn unlisten(a: &CmAgent, sid: u64) {
+    a.with(|st, _| {
+        let _ = st.ep.unlisten(sid);
+        st.listeners.remove(&sid);
+    });
+}
+
 impl CmId {
     /// `rdma_create_id` on `channel`; RC services (`RDMA_PS_TCP`) are
     /// served, UD ones (`RDMA_PS_UDP`, SIDR) not yet.
@@ -180,7 +204,7 @@ impl CmId {
             ));
         }
         Ok(CmId(Arc::new(IdShared {
-            channel: channel.clone(),
+            channel: Mutex::new(channel.clone()),
             ps,
             st: Mutex::default(),
         })))
@@ -191,7 +215,7 @@ impl CmId {
     }
 
     pub(crate) fn push(&self, ev: RdmaCmEvent) {
-        self.0.channel.0.push(ev);
+        self.channel().0.push(ev);
     }
 
     pub(crate) fn qp(&self) -> Option<Qp> {
@@ -206,11 +230,19 @@ impl CmId {
         self.lock().peer_private_data.clone()
     }
 
-    /// The ID a ConnectRequest creates on the listener's channel.
-    pub(crate) fn child(&self, dev: &Device, comm: CommId, sgid_index: u8, r: &ReqRepr) -> CmId {
-        let (agent, src) = {
+    /// The ID a ConnectRequest creates on the listener's channel, on the
+    /// device of the agent that took the REQ.
+    pub(crate) fn child(
+        &self,
+        agent: Arc<CmAgent>,
+        comm: CommId,
+        sgid_index: u8,
+        r: &ReqRepr,
+    ) -> CmId {
+        let dev = agent.dev.clone();
+        let (src, tos) = {
             let st = self.lock();
-            (st.agent.clone(), st.src)
+            (st.src, st.tos)
         };
         let hdr = IpCmHeader::parse(r.private_data.as_bytes()).ok();
         let dst = hdr.map(|h| SocketAddr::new(h.src, h.src_port));
@@ -218,12 +250,13 @@ impl CmId {
             (Some(h), Some(s)) => Some(SocketAddr::new(h.dst, s.port())),
             (_, s) => s,
         };
-        let route = resolve::resolve_route(dev).ok();
+        let route = resolve::resolve_route(&dev).ok();
         CmId(Arc::new(IdShared {
-            channel: self.0.channel.clone(),
+            channel: Mutex::new(self.channel()),
             ps: self.0.ps,
             st: Mutex::new(IdState {
-                agent,
+                agent: Some(agent),
+                tos,
                 sgid_index,
                 src,
                 dst,
@@ -253,6 +286,12 @@ impl CmId {
         self.lock().dst
     }
 
+    /// A number naming this ID (its clones too) while it lives, for
+    /// tables kept beside it.
+    pub fn key(&self) -> usize {
+        Arc::as_ptr(&self.0) as usize
+    }
+
     pub fn port_space(&self) -> PortSpace {
         self.0.ps
     }
@@ -263,8 +302,38 @@ impl CmId {
     }
 
     /// The channel events of this ID go to.
-    pub fn channel(&self) -> &EventChannel {
-        &self.0.channel
+    pub fn channel(&self) -> EventChannel {
+        self.0
+            .channel
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// `rdma_migrate_id`: the ID's later events go to `channel` (those
+    /// already queued stay where they are).
+    pub fn migrate(&self, channel: &EventChannel) {
+        *self.0.channel.lock().unwrap_or_else(|e| e.into_inner()) = channel.clone();
+    }
+
+    /// `RDMA_OPTION_ID_TOS`: the traffic class of the ID's path, from the
+    /// next route resolved (the IP header's DSCP and ECN bits).
+    pub fn set_tos(&self, tos: u8) {
+        let mut st = self.lock();
+        st.tos = Some(tos);
+        if let Some(r) = &mut st.route {
+            r.traffic_class = tos;
+        }
+    }
+
+    /// The path `resolve_route` found, or an accepted connection's.
+    pub fn route(&self) -> Option<resolve::ResolvedRoute> {
+        self.lock().route
+    }
+
+    /// Our GID index on the ID's device (the path's source GID).
+    pub fn sgid_index(&self) -> u8 {
+        self.lock().sgid_index
     }
 
     fn attach(&self, st: &mut IdState, dev: &Device, sgid_index: u8) -> Result<()> {
@@ -280,22 +349,26 @@ impl CmId {
     }
 
     /// `rdma_bind_addr`: a local address of a device, and a port (0 picks
-    /// one). An unspecified address (listen on every device) is refused for
-    /// now.
+    /// one). The unspecified address (0.0.0.0 or ::) binds no device: a
+    /// listener bound so hears the REQs of every device, as the kernel's
+    /// wildcard listen does.
     pub fn bind_addr(&self, addr: SocketAddr) -> Result<()> {
-        if addr.ip().is_unspecified() {
-            return Err(CmApiError::Unsupported(
-                "binding to the unspecified address",
-            ));
-        }
-        let (dev, idx) = resolve::device_for(addr.ip()).ok_or(CmApiError::NoDevice(addr.ip()))?;
-        let mut st = self.lock();
-        self.attach(&mut st, &dev, idx)?;
         let port = if addr.port() == 0 {
             ephemeral_port()
         } else {
             addr.port()
         };
+        if addr.ip().is_unspecified() {
+            let mut st = self.lock();
+            if st.src.is_some() {
+                return Err(CmApiError::Unsupported("binding an ID twice"));
+            }
+            st.src = Some(SocketAddr::new(addr.ip(), port));
+            return Ok(());
+        }
+        let (dev, idx) = resolve::device_for(addr.ip()).ok_or(CmApiError::NoDevice(addr.ip()))?;
+        let mut st = self.lock();
+        self.attach(&mut st, &dev, idx)?;
         st.src = Some(SocketAddr::new(addr.ip(), port));
         Ok(())
     }
@@ -310,7 +383,9 @@ impl CmId {
         _timeout: Duration,
     ) -> Result<()> {
         let bound = self.lock().src;
-        let want = src.or(bound);
+        let want = src
+            .filter(|s| !s.ip().is_unspecified() || s.port() != 0)
+            .or(bound);
         let r = resolve::resolve_addr(want.map(|s| s.ip()), dst.ip())?;
         if matches!(
             (r.src, r.dst),
@@ -338,8 +413,14 @@ impl CmId {
     /// limit and traffic class; `RouteResolved` follows.
     pub fn resolve_route(&self, _timeout: Duration) -> Result<()> {
         let dev = self.device().ok_or(CmApiError::NotReady("resolve_addr"))?;
-        let route = resolve::resolve_route(&dev)?;
-        self.lock().route = Some(route);
+        let mut route = resolve::resolve_route(&dev)?;
+        {
+            let mut st = self.lock();
+            if let Some(tos) = st.tos {
+                route.traffic_class = tos;
+            }
+            st.route = Some(route);
+        }
         self.push(RdmaCmEvent::RouteResolved { id: self.clone() });
         Ok(())
     }
@@ -357,12 +438,33 @@ impl CmId {
             return Err(CmApiError::Unsupported("a QP type other than RC"));
         }
         let qp = pd.create_qp(init)?;
-        if let Err(e) = connect::to_init(&qp, &init_params(true)) {
+        if let Err(e) = self.attach_qp(&qp) {
             let _ = qp.destroy();
-            return Err(e.into());
+            return Err(e);
         }
-        self.lock().qp = Some(qp.clone());
         Ok(qp)
+    }
+
+    /// The QP of the ID (`id->qp`) made by the caller on the ID's device,
+    /// as `rdma_create_qp` does after it creates one: taken to INIT now,
+    /// through RTR and RTS by `connect` or `accept`.
+    pub fn attach_qp(&self, qp: &Qp) -> Result<()> {
+        if let Some(dev) = self.device() {
+            if qp.pd().device() != dev {
+                return Err(CmApiError::WrongDevice);
+            }
+        }
+        if qp.qp_type() != QpType::Rc {
+            return Err(CmApiError::Unsupported("a QP type other than RC"));
+        }
+        connect::to_init(qp, &init_params(true))?;
+        self.lock().qp = Some(qp.clone());
+        Ok(())
+    }
+
+    /// Forgets the ID's QP (`rdma_destroy_qp`: the caller destroys it).
+    pub fn detach_qp(&self) -> Option<Qp> {
+        self.lock().qp.take()
     }
 
     /// `rdma_connect`: sends the REQ. With a QP, the REP takes it to RTR
@@ -383,7 +485,7 @@ impl CmId {
             let route = st.route.ok_or(CmApiError::NotReady("resolve_route"))?;
             (agent, src, dst, route, st.sgid_index, st.qp.clone())
         };
-        let qpn = qp.as_ref().map_or(0, |q| q.qp_num());
+        let qpn = qp.as_ref().map_or(p.qp_num, |q| q.qp_num());
         let hdr = IpCmHeader {
             src_port: src.port(),
             src: src.ip(),
@@ -403,6 +505,7 @@ impl CmId {
         cp.initiator_depth = p.initiator_depth;
         cp.retry_count = p.retry_count;
         cp.rnr_retry_count = p.rnr_retry_count;
+        cp.srq = p.srq;
         cp.path_mtu = route.path_mtu as u8 + 1;
         cp.path.hop_limit = route.hop_limit;
         cp.path.traffic_class = route.traffic_class;
@@ -420,23 +523,49 @@ impl CmId {
     }
 
     /// `rdma_listen`: REQs for the bound port become `ConnectRequest`s
-    /// (the backlog is not limited).
+    /// (the backlog is not limited). A wildcard-bound ID listens on every
+    /// device there is now.
     pub fn listen(&self, _backlog: i32) -> Result<()> {
         let (agent, src) = {
             let st = self.lock();
+            if st.listening.is_some() {
+                return Err(CmApiError::Unsupported("listening twice"));
+            }
             (
-                st.agent.clone().ok_or(CmApiError::NotReady("bind_addr"))?,
+                st.agent.clone(),
                 st.src.ok_or(CmApiError::NotReady("bind_addr"))?,
             )
         };
+        let agents = match agent {
+            Some(a) => vec![a],
+            None => crate::registry::devices()
+                .iter()
+                .map(agent_of)
+                .collect::<std::result::Result<Vec<_>, _>>()?,
+        };
+        if agents.is_empty() {
+            return Err(CmApiError::NoDevice(src.ip()));
+        }
         let sid = ip_cm::service_id(self.0.ps, src.port());
         let weak = Arc::downgrade(&self.0);
-        agent.with(|st, _| {
-            st.ep.listen(sid)?;
-            st.listeners.insert(sid, weak);
-            Ok::<_, CmApiError>(())
-        })?;
-        self.lock().listening = Some(sid);
+        let mut done = Vec::new();
+        for a in &agents {
+            let r = a.with(|st, _| {
+                st.ep.listen(sid)?;
+                st.listeners.insert(sid, weak.clone());
+                Ok::<_, CmApiError>(())
+            });
+            if let Err(e) = r {
+                for d in done {
+                    unlisten(d, sid);
+                }
+                return Err(e);
+            }
+            done.push(a);
+        }
+        let mut st = self.lock();
+        st.listening = Some(sid);
+        st.listen_agents = agents;
         Ok(())
     }
 
@@ -453,20 +582,25 @@ impl CmId {
     /// `Established` follows the RTU.
     pub fn accept(&self, p: &ConnParam) -> Result<()> {
         let (agent, comm) = self.conn()?;
-        let qp = self.qp().ok_or(CmApiError::NotReady("create_qp"))?;
-        let qpn = qp.qp_num();
+        let qp = self.qp();
+        let qpn = qp.as_ref().map_or(p.qp_num, |q| q.qp_num());
         let mut ap = AcceptParams::new(qpn, starting_psn(qpn));
         ap.responder_resources = p.responder_resources;
         ap.initiator_depth = p.initiator_depth;
         ap.rnr_retry_count = p.rnr_retry_count;
+        ap.srq = p.srq;
         ap.private_data = p.private_data.clone();
         let dev = agent.dev.clone();
         agent.with(|st, now| {
             st.ep.accept(now, comm, ap)?;
+            let Some(qp) = &qp else {
+                // The consumer brings its QP up itself (rdma_init_qp_attr).
+                return Ok(());
+            };
             let attrs = st.ep.qp_attrs(comm)?;
             // The REP is queued, not sent: the QP is ready before the
             // peer can send to it.
-            if let Err(e) = bring_up(&dev, &qp, &attrs) {
+            if let Err(e) = bring_up(&dev, qp, &attrs) {
                 let _ = st.ep.reject(now, comm, RejectReason::ConsumerDefined, &[]);
                 return Err(e);
             }
@@ -516,21 +650,26 @@ impl CmId {
     /// `rdma_destroy_id`: stops listening, and the ID hears no more events
     /// (a connection still up is disconnected first).
     pub fn destroy(&self) -> Result<()> {
-        let (agent, comm, listening) = {
+        let (agent, comm, listening, listen_agents) = {
             let mut st = self.lock();
-            (st.agent.clone(), st.comm.take(), st.listening.take())
+            (
+                st.agent.clone(),
+                st.comm.take(),
+                st.listening.take(),
+                std::mem::take(&mut st.listen_agents),
+            )
         };
-        let Some(agent) = agent else { return Ok(()) };
-        agent.with(|st, now| {
-            if let Some(sid) = listening {
-                let _ = st.ep.unlisten(sid);
-                st.listeners.remove(&sid);
+        if let Some(sid) = listening {
+            for a in &listen_agents {
+                unlisten(a, sid);
             }
-            if let Some(c) = comm {
+        }
+        if let (Some(agent), Some(c)) = (agent, comm) {
+            agent.with(|st, now| {
                 let _ = st.ep.disconnect(now, c, &[]);
                 st.conns.remove(&c);
-            }
-        });
+            });
+        }
         Ok(())
     }
 }

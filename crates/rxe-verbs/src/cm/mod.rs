@@ -17,7 +17,7 @@ mod id;
 pub mod resolve;
 
 pub use agent::{configure, start};
-pub use channel::{ChannelHook, EventChannel, NextEvent, RdmaCmEvent};
+pub use channel::{ChannelHook, EventChannel, NextEvent, PeerConnParam, RdmaCmEvent};
 pub use error::CmApiError;
 pub use id::{CmId, ConnParam};
 pub use rxe_cm::ip_cm::PortSpace;

@@ -1,0 +1,124 @@
+//! The CM's view of the devices: as librdmacm opens every device at its
+//! first call, this opens a context on each configured rxe device (which
+//! attaches its engine and binds its UDP port), starts the device's CM
+//! (QP1 answers from then on), and keeps one PD per device, the PD an ID
+//! gets when it is bound to the device (`id->pd`).
+
+use std::ffi::c_int;
+use std::sync::Mutex;
+
+use rxe_verbs_abi::{ibv_context, ibv_pd};
+
+use crate::context::Context;
+
+struct CmDevice {
+    /// A context of ours, open for the process's life.
+    ctx: usize,
+    dev: rxe_verbs::Device,
+    /// Allocated at the first ID bound to the device.
+    pd: Option<usize>,
+}
+
+static DEVICES: Mutex<Option<Vec<CmDevice>>> = Mutex::new(None);
+
+/// Opens every configured device for the CM (once per process). A device
+/// that cannot start (its address is held by another process) is left
+/// out, with the reason on stderr; none at all is ENODEV.
+pub fn init() -> Result<(), c_int> {
+    let mut g = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
+    if g.as_ref().is_some_and(|d| !d.is_empty()) {
+        return Ok(());
+    }
+    let mut out = Vec::new();
+    for d in crate::devices::list() {
+        // SAFETY: a device of our own list.
+        let ctx = unsafe { crate::context::ibv_open_device(d.ibv()) };
+        let Some(c) = Context::from_ibv(ctx) else {
+            continue;
+        };
+        match c.device() {
+            Ok(dev) => {
+                if let Err(e) = rxe_verbs::cm::start(&dev) {
+                    eprintln!("rxe librdmacm: cannot start the CM of {}: {e}", d.name);
+                }
+                out.push(CmDevice {
+                    ctx: ctx as usize,
+                    dev,
+                    pd: None,
+                });
+            }
+            Err(_) => {
+                // SAFETY: the context just opened, not handed out.
+                unsafe { crate::context::ibv_close_device(ctx) };
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err(libc::ENODEV);
+    }
+    *g = Some(out);
+    Ok(())
+}
+
+/// The CM's context on `dev` (`id->verbs`).
+pub fn context_for(dev: &rxe_verbs::Device) -> Option<*mut ibv_context> {
+    let g = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
+    g.as_ref()?
+        .iter()
+        .find(|d| &d.dev == dev)
+        .map(|d| d.ctx as *mut ibv_context)
+}
+
+/// The device's shared PD (`id->pd`), allocated at its first use.
+pub fn pd_for(dev: &rxe_verbs::Device) -> Option<*mut ibv_pd> {
+    let mut g = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
+    let d = g.as_mut()?.iter_mut().find(|d| &d.dev == dev)?;
+    if let Some(p) = d.pd {
+        return Some(p as *mut ibv_pd);
+    }
+    // SAFETY: our own live context.
+    let p = unsafe { crate::pd::ibv_alloc_pd(d.ctx as *mut ibv_context) };
+    if p.is_null() {
+        return None;
+    }
+    d.pd = Some(p as usize);
+    Some(p)
+}
+
+/// The contexts of the CM's devices, in order.
+pub fn contexts() -> Vec<*mut ibv_context> {
+    let g = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
+    g.as_ref()
+        .map(|v| v.iter().map(|d| d.ctx as *mut ibv_context).collect())
+        .unwrap_or_default()
+}
+
+export! {"RDMACM_1.0" fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut ibv_context, fail = std::ptr::null_mut(), {
+    if let Err(e) = init() {
+        crate::errno::set_errno(e);
+        return std::ptr::null_mut();
+    }
+    let ctxs = contexts();
+    if !num_devices.is_null() {
+        // SAFETY: the caller's out pointer.
+        unsafe { *num_devices = ctxs.len() as c_int };
+    }
+    // NULL-terminated, as librdmacm's; freed by rdma_free_devices.
+    let mut list: Vec<*mut ibv_context> = ctxs;
+    list.push(std::ptr::null_mut());
+    let boxed = list.into_boxed_slice();
+    Box::into_raw(boxed).cast::<*mut ibv_context>()
+}}
+
+export! {"RDMACM_1.0" fn rdma_free_devices(list: *mut *mut ibv_context) -> (), fail = (), {
+    if list.is_null() {
+        return;
+    }
+    let mut n = 0;
+    // SAFETY: a list from rdma_get_devices, NULL-terminated.
+    while !unsafe { *list.add(n) }.is_null() {
+        n += 1;
+    }
+    // SAFETY: rebuilt with the length it was allocated with (n + 1).
+    drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(list, n + 1)) });
+}}
