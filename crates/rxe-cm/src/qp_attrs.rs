@@ -7,8 +7,8 @@
 //! | attribute | active side (sent the REQ) | passive side (sent the REP) |
 //! |---|---|---|
 //! | `dest_qpn` | REP Local QPN | REQ Local QPN |
-//! | `rq_psn` | REP Starting PSN | REQ Starting PSN |
-//! | `sq_psn` | REQ Starting PSN | REP Starting PSN |
+//! | `rq_psn` | REQ Starting PSN | REP Starting PSN |
+//! | `sq_psn` | REP Starting PSN | REQ Starting PSN |
 //! | `path_mtu` | REQ Path MTU | REQ Path MTU |
 //! | `max_dest_rd_atomic` | REP Initiator Depth | REP Responder Resources |
 //! | `max_rd_atomic` | REP Responder Resources | REP Initiator Depth |
@@ -18,6 +18,12 @@
 //! | `min_rnr_timer` | 0 | 0 |
 //! | access | remote write; read and atomics if responder resources > 0 | the same |
 //! | `dgid`, `sgid` | REQ remote, local GID | REQ local, remote GID |
+//!
+//! A message's Starting PSN is thus the PSN its sender expects to
+//! receive first: the peer starts sending at it. The golden capture of two
+//! kernels (`rping.pcap`: REQ 0xec53de, REP 0x0266e4) shows it: the active
+//! side's first SEND carries PSN 0x0266e4, the passive side's first READ
+//! 0xec53de.
 //!
 //! The active side's PLT is the REQ's Local ACK Timeout minus one (the
 //! REQ's timeout was PLT + 1 with the local CA's ACK delay).
@@ -91,7 +97,7 @@ pub fn active(req: &ReqRepr, rep: &RepRepr) -> QpAttrs {
         remote_atomic: responder_resources > 0,
         path_mtu: req.path_mtu,
         dest_qpn: rep.local_qpn,
-        rq_psn: rep.starting_psn,
+        rq_psn: req.starting_psn,
         max_dest_rd_atomic: responder_resources,
         min_rnr_timer: 0,
         path: PathAttrs {
@@ -103,7 +109,7 @@ pub fn active(req: &ReqRepr, rep: &RepRepr) -> QpAttrs {
             sl: p.sl,
             static_rate: p.packet_rate,
         },
-        sq_psn: req.starting_psn,
+        sq_psn: rep.starting_psn,
         timeout: ack_timeout(rep.target_ack_delay, plt),
         retry_cnt: req.retry_count,
         rnr_retry: rep.rnr_retry_count,
@@ -123,7 +129,7 @@ pub fn passive(req: &ReqRepr, rep: &RepRepr) -> QpAttrs {
         remote_atomic: responder_resources > 0,
         path_mtu: req.path_mtu,
         dest_qpn: req.local_qpn,
-        rq_psn: req.starting_psn,
+        rq_psn: rep.starting_psn,
         max_dest_rd_atomic: responder_resources,
         min_rnr_timer: 0,
         path: PathAttrs {
@@ -135,7 +141,7 @@ pub fn passive(req: &ReqRepr, rep: &RepRepr) -> QpAttrs {
             sl: p.sl,
             static_rate: p.packet_rate,
         },
-        sq_psn: rep.starting_psn,
+        sq_psn: req.starting_psn,
         timeout: p.local_ack_timeout,
         retry_cnt: req.retry_count,
         rnr_retry: req.rnr_retry_count,

@@ -416,14 +416,17 @@ fn qp_attributes_come_from_the_req_and_rep() {
     let (a, b, _, _, _) = p.establish();
     let qa = p.a.qp_attrs(a).unwrap();
     let qb = p.b.qp_attrs(b).unwrap();
-    // Active: the peer's QP and PSN to receive, its own PSN to send.
+    // Each message's Starting PSN is what its sender receives first, and
+    // the peer sends from: in the golden capture of two kernels the active
+    // side's first SEND has the REP's PSN (0x0266e4), the passive side's
+    // first READ the REQ's (0xec53de).
     assert_eq!(
         (qa.dest_qpn, qa.rq_psn, qa.sq_psn),
-        (0x28, 0x0266e4, 0xec53de)
+        (0x28, 0xec53de, 0x0266e4)
     );
     assert_eq!(
         (qb.dest_qpn, qb.rq_psn, qb.sq_psn),
-        (0x24, 0xec53de, 0x0266e4)
+        (0x24, 0x0266e4, 0xec53de)
     );
     for q in [qa, qb] {
         assert_eq!(q.qp_type, rxe_cm::ConnQpType::Rc);

@@ -334,9 +334,12 @@ fn the_passive_side_answers_the_kernels_req_with_the_kernels_rep() {
     );
     assert_eq!(b.poll_event(), Some(CmEvent::Disconnected { id }));
 
-    // The passive QP's attributes, as rdma_init_qp_attr gives them.
+    // The passive QP's attributes, as rdma_init_qp_attr gives them: it
+    // sends from the REQ's PSN (the capture's frame 6, its first READ, has
+    // PSN 0xec53de) and receives from its REP's (frame 4, the active
+    // side's first SEND, 0x0266e4).
     let q = b.qp_attrs(id).unwrap();
-    assert_eq!((q.dest_qpn, q.rq_psn, q.sq_psn), (0x24, 0xec53de, 0x0266e4));
+    assert_eq!((q.dest_qpn, q.rq_psn, q.sq_psn), (0x24, 0x0266e4, 0xec53de));
     assert_eq!(
         (q.path_mtu, q.timeout, q.retry_cnt, q.rnr_retry),
         (3, 0x13, 7, 7)
@@ -411,8 +414,10 @@ fn the_active_side_sends_the_kernels_req() {
         &mads[2].mad[16..],
         "our RTU differs from the kernel's"
     );
+    // The active side sends from the REP's PSN (frame 4) and receives from
+    // its REQ's (frame 6).
     let q = a.qp_attrs(id).unwrap();
-    assert_eq!((q.dest_qpn, q.rq_psn, q.sq_psn), (0x28, 0x0266e4, 0xec53de));
+    assert_eq!((q.dest_qpn, q.rq_psn, q.sq_psn), (0x28, 0xec53de, 0x0266e4));
     // Target ACK Delay 15 and packet lifetime 18 give the kernel's 0x13.
     assert_eq!(
         (q.path_mtu, q.timeout, q.retry_cnt, q.rnr_retry),
