@@ -15,6 +15,8 @@ command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 command -v ibv_rc_pingpong >/dev/null 2>&1 || need_apt+=(ibverbs-utils)
 command -v ib_write_bw >/dev/null 2>&1 || need_apt+=(perftest)
 [ -e /usr/include/infiniband/verbs.h ] || need_apt+=(libibverbs-dev)
+command -v rping >/dev/null 2>&1 || need_apt+=(rdmacm-utils)
+[ -e /usr/include/rdma/rdma_cma.h ] || need_apt+=(librdmacm-dev)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
     sudo=""

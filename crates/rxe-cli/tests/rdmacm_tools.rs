@@ -1,0 +1,385 @@
+//! Debian's unmodified RDMA CM programs (rdmacm-utils, perftest's `-R`)
+//! over rxe's drop-in `librdmacm.so.1`, two copies of each under `rxe
+//! exec` with their own addresses: the library's symbols against what the
+//! binaries import, rping (data checked by rping itself), ucmatose with
+//! several connections, rdma_server/rdma_client (the synchronous calls),
+//! udaddy (UD over SIDR), ib_write_bw -R and ib_send_lat -R, and a
+//! connection to a port nobody listens on.
+//!
+//! Each test has its own addresses in 127.0.111.0/24 and its own CM
+//! ports. Without the Debian tools the tests fail, unless
+//! RXE_SKIP_IBVERBS_TOOLS=1 says to skip them (loudly).
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use support::{Finished, Rxe};
+
+const T: Duration = Duration::from_secs(120);
+
+/// One test at a time, as in ibverbs_tools: the programs busy-poll.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn have(name: &str) -> bool {
+    if Path::new("/usr/bin").join(name).exists() {
+        return true;
+    }
+    if std::env::var("RXE_SKIP_IBVERBS_TOOLS").as_deref() == Ok("1") {
+        eprintln!("SKIPPED: /usr/bin/{name} is missing (RXE_SKIP_IBVERBS_TOOLS=1)");
+        return false;
+    }
+    panic!(
+        "/usr/bin/{name} is missing: install rdmacm-utils and perftest (scripts/setup.sh), \
+         or set RXE_SKIP_IBVERBS_TOOLS=1 to skip these tests"
+    );
+}
+
+fn lib_dir() -> PathBuf {
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_rxe"));
+    let dir = exe.parent().unwrap().to_path_buf();
+    [dir.clone(), dir.join("deps")]
+        .into_iter()
+        .filter(|d| d.join("libibverbs.so").exists())
+        .max_by_key(|d| {
+            std::fs::metadata(d.join("libibverbs.so"))
+                .and_then(|m| m.modified())
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no libibverbs.so near {}", exe.display()))
+}
+
+/// `rxe exec --ip ADDR -- PROGRAM ARGS`.
+fn exec(addr: &str, prog: &str, args: &[&str]) -> Rxe {
+    let mut a = vec!["exec", "--ip", addr, "--", prog];
+    a.extend_from_slice(args);
+    Rxe::spawn(&a)
+}
+
+/// Whether a UDP socket is bound to `addr`:4791 (from /proc/net/udp): the
+/// server's device is up, so its CM listens a moment later.
+fn device_bound(addr: &str) -> bool {
+    let ip: std::net::Ipv4Addr = addr.parse().unwrap();
+    let want = format!("{:08X}:12B7", u32::from_le_bytes(ip.octets()));
+    std::fs::read_to_string("/proc/net/udp")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split_whitespace().nth(1) == Some(want.as_str()))
+}
+
+/// A server on `srv` and its client on `cli`: the client starts once the
+/// server's device is bound, and is run again (a few times, while the
+/// server lives) if it was refused because the server did not listen yet,
+/// as a REQ that comes before `rdma_listen` is rejected (IBTA REJ reason
+/// 8, invalid ServiceID).
+fn pair(
+    srv: &str,
+    server: (&str, &[&str]),
+    cli: &str,
+    client: (&str, &[&str]),
+) -> (Finished, Finished) {
+    let mut s = exec(srv, server.0, server.1);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !device_bound(srv) {
+        assert!(
+            Instant::now() < deadline,
+            "{} never bound {srv}:4791",
+            server.0
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut tries = 0;
+    let c = loop {
+        tries += 1;
+        let c = exec(cli, client.0, client.1).finish(T);
+        let refused = !c.ok()
+            && (c.text().contains("REJECTED")
+                || c.stderr.contains("REJECTED")
+                || c.stderr.contains("refused"));
+        if c.ok() || !refused || tries == 10 {
+            break c;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    let s = s.finish(T);
+    (s, c)
+}
+
+#[test]
+fn the_library_exports_what_rdmacm_binaries_import() {
+    let _serial = serial();
+    let so = lib_dir().join("libibverbs.so");
+    let dump = |p: &Path| {
+        let out = Command::new("objdump")
+            .arg("-T")
+            .arg(p)
+            .output()
+            .expect("objdump runs");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let ours = dump(&so);
+    let exported = |name: &str, ver: &str| {
+        ours.lines().any(|l| {
+            !l.contains("*UND*")
+                && l.split_whitespace().last() == Some(name)
+                && (l.contains(&format!(" {ver} ")) || l.contains(&format!("({ver})")))
+        })
+    };
+    let mut want = Vec::new();
+    for b in [
+        "rping",
+        "ucmatose",
+        "udaddy",
+        "mckey",
+        "rdma_server",
+        "rdma_client",
+        "rstream",
+        "riostream",
+        "rdma_xserver",
+        "rdma_xclient",
+        "rcopy",
+        "ib_write_bw",
+        "ib_read_bw",
+        "ib_send_bw",
+        "ib_send_lat",
+        "ib_write_lat",
+        "ib_atomic_bw",
+    ] {
+        let p = Path::new("/usr/bin").join(b);
+        if !p.exists() {
+            continue;
+        }
+        for l in dump(&p)
+            .lines()
+            .filter(|l| l.contains("*UND*") && l.contains("RDMACM_"))
+        {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (v, n) = (
+                f[f.len() - 2].trim_matches(|c| c == '(' || c == ')'),
+                f[f.len() - 1],
+            );
+            want.push((n.to_string(), v.to_string()));
+        }
+    }
+    want.sort();
+    want.dedup();
+    if want.is_empty() && !have("rping") {
+        return;
+    }
+    assert!(want.len() >= 20, "{want:?}");
+    let missing: Vec<_> = want.iter().filter(|(n, v)| !exported(n, v)).collect();
+    assert!(missing.is_empty(), "not exported: {missing:?}");
+    // Every node of Debian's librdmacm is defined, so that the loader's
+    // version check of a program's librdmacm.so.1 needs passes.
+    let v = Command::new("readelf").arg("-V").arg(&so).output().unwrap();
+    let v = String::from_utf8_lossy(&v.stdout);
+    for node in ["RDMACM_1.0", "RDMACM_1.1", "RDMACM_1.2", "RDMACM_1.3"] {
+        assert!(v.contains(&format!("Name: {node}")), "no {node} in:\n{v}");
+    }
+    // Under rxe exec, librdmacm.so.1 is ours: the same object as
+    // libibverbs.so.1, and never the system's.
+    if Path::new("/usr/bin/rping").exists() {
+        let l = exec("127.0.111.9", "ldd", &["/usr/bin/rping"]).finish(T);
+        assert!(l.ok(), "{l:#?}");
+        let t = l.text();
+        assert!(
+            t.contains("rxe-lib") && !t.contains("/usr/lib/x86_64-linux-gnu/librdmacm.so.1"),
+            "{t}"
+        );
+    }
+}
+
+#[test]
+fn rping_between_two_copies_checks_its_data() {
+    let _serial = serial();
+    if !have("rping") {
+        return;
+    }
+    let (s, c) = pair(
+        "127.0.111.1",
+        (
+            "rping",
+            &[
+                "-s",
+                "-a",
+                "127.0.111.1",
+                "-p",
+                "19301",
+                "-C",
+                "20",
+                "-S",
+                "1000",
+                "-V",
+                "-v",
+            ],
+        ),
+        "127.0.111.2",
+        (
+            "rping",
+            &[
+                "-c",
+                "-a",
+                "127.0.111.1",
+                "-p",
+                "19301",
+                "-C",
+                "20",
+                "-S",
+                "1000",
+                "-V",
+                "-v",
+            ],
+        ),
+    );
+    assert!(c.ok() && s.ok(), "client {c:#?}\nserver {s:#?}");
+    // rping -V compares each ping it reads back with what it wrote.
+    let pings = c
+        .stdout
+        .iter()
+        .filter(|l| l.starts_with("ping data: rdma-ping-"))
+        .count();
+    assert_eq!(pings, 20, "{c:#?}");
+    assert!(c.text().contains("rdma-ping-19: "), "{c:#?}");
+    let served = s
+        .stdout
+        .iter()
+        .filter(|l| l.starts_with("server ping data: rdma-ping-"))
+        .count();
+    assert_eq!(served, 20, "{s:#?}");
+}
+
+#[test]
+fn ucmatose_runs_eight_connections_at_once() {
+    let _serial = serial();
+    if !have("ucmatose") {
+        return;
+    }
+    let (s, c) = pair(
+        "127.0.111.3",
+        (
+            "ucmatose",
+            &[
+                "-b",
+                "127.0.111.3",
+                "-p",
+                "19302",
+                "-c",
+                "8",
+                "-C",
+                "20",
+                "-S",
+                "4096",
+            ],
+        ),
+        "127.0.111.4",
+        (
+            "ucmatose",
+            &[
+                "-s",
+                "127.0.111.3",
+                "-p",
+                "19302",
+                "-c",
+                "8",
+                "-C",
+                "20",
+                "-S",
+                "4096",
+            ],
+        ),
+    );
+    assert!(c.ok() && s.ok(), "client {c:#?}\nserver {s:#?}");
+    for f in [&s, &c] {
+        let t = f.text();
+        assert!(t.contains("data transfers complete"), "{f:#?}");
+        assert!(t.contains("return status 0"), "{f:#?}");
+    }
+}
+
+#[test]
+fn rdma_server_and_rdma_client_use_the_synchronous_calls() {
+    let _serial = serial();
+    if !have("rdma_server") {
+        return;
+    }
+    let (s, c) = pair(
+        "127.0.111.5",
+        ("rdma_server", &["-s", "127.0.111.5", "-p", "19303"]),
+        "127.0.111.6",
+        ("rdma_client", &["-s", "127.0.111.5", "-p", "19303"]),
+    );
+    assert!(c.ok() && s.ok(), "client {c:#?}\nserver {s:#?}");
+    assert!(c.text().contains("rdma_client: end 0"), "{c:#?}");
+    assert!(s.text().contains("rdma_server: end 0"), "{s:#?}");
+}
+
+#[test]
+fn perftest_runs_over_the_rdma_cm() {
+    let _serial = serial();
+    if !have("ib_write_bw") {
+        return;
+    }
+    for (tool, extra) in [
+        ("ib_write_bw", &["-s", "65536", "-n", "500"][..]),
+        ("ib_send_lat", &["-s", "64", "-n", "500"][..]),
+        ("ib_read_bw", &["-s", "65536", "-n", "300"][..]),
+    ] {
+        let mut sargs = vec!["-R", "-F", "-p", "19304"];
+        sargs.extend_from_slice(extra);
+        let mut cargs = sargs.clone();
+        cargs.push("127.0.111.7");
+        let (s, c) = pair("127.0.111.7", (tool, &sargs), "127.0.111.8", (tool, &cargs));
+        assert!(c.ok() && s.ok(), "{tool}: client {c:#?}\nserver {s:#?}");
+        let t = c.text();
+        assert!(t.contains("Data ex. method : rdma_cm"), "{tool}: {t}");
+        // The result row: the size, then the iteration count.
+        let row = t
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(extra[1]))
+            .unwrap_or_else(|| panic!("{tool}: no result row in {t}"));
+        assert_eq!(
+            row.split_whitespace().nth(1),
+            Some(extra[3]),
+            "{tool}: {row}"
+        );
+    }
+}
+
+#[test]
+fn a_connection_to_a_port_nobody_listens_on_is_rejected() {
+    let _serial = serial();
+    if !have("rping") {
+        return;
+    }
+    // A device on .10 that listens on nothing but runs its CM (every
+    // librdmacm program starts it): ucmatose's server on another port.
+    let s = exec(
+        "127.0.111.10",
+        "ucmatose",
+        &["-b", "127.0.111.10", "-p", "19305"],
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !device_bound("127.0.111.10") {
+        assert!(Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let c = exec(
+        "127.0.111.11",
+        "rping",
+        &["-c", "-a", "127.0.111.10", "-p", "19306", "-C", "1"],
+    )
+    .finish(T);
+    drop(s);
+    assert!(!c.ok(), "{c:#?}");
+    let all = format!("{}\n{}", c.text(), c.stderr);
+    // rping prints the event and its status: the REJ's reason, 8
+    // (invalid ServiceID).
+    assert!(all.contains("RDMA_CM_EVENT_REJECTED, error 8"), "{all}");
+}
