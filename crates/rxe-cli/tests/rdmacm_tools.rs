@@ -6,7 +6,7 @@
 //! udaddy (UD over SIDR), ib_write_bw -R and ib_send_lat -R, and a
 //! connection to a port nobody listens on.
 //!
-//! Each test has its own addresses in 127.0.111.0/24 and its own CM
+//! Each test has its own addresses in 127.0.112.0/24 and its own CM
 //! ports. Without the Debian tools the tests fail, unless
 //! RXE_SKIP_IBVERBS_TOOLS=1 says to skip them (loudly).
 
@@ -14,7 +14,7 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use support::{Finished, Rxe};
 
@@ -62,51 +62,24 @@ fn exec(addr: &str, prog: &str, args: &[&str]) -> Rxe {
     Rxe::spawn(&a)
 }
 
-/// Whether a UDP socket is bound to `addr`:4791 (from /proc/net/udp): the
-/// server's device is up, so its CM listens a moment later.
-fn device_bound(addr: &str) -> bool {
-    let ip: std::net::Ipv4Addr = addr.parse().unwrap();
-    let want = format!("{:08X}:12B7", u32::from_le_bytes(ip.octets()));
-    std::fs::read_to_string("/proc/net/udp")
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l.split_whitespace().nth(1) == Some(want.as_str()))
-}
-
 /// A server on `srv` and its client on `cli`: the client starts once the
-/// server's device is bound, and is run again (a few times, while the
-/// server lives) if it was refused because the server did not listen yet,
-/// as a REQ that comes before `rdma_listen` is rejected (IBTA REJ reason
-/// 8, invalid ServiceID).
+/// server listens, which the library logs (`RXE_LOG`) on stderr: C stdio
+/// buffers the server's own output in a pipe, and a REQ that came before
+/// `rdma_listen` would be rejected (IBTA REJ reason 8, invalid ServiceID).
 fn pair(
     srv: &str,
     server: (&str, &[&str]),
     cli: &str,
     client: (&str, &[&str]),
 ) -> (Finished, Finished) {
-    let mut s = exec(srv, server.0, server.1);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !device_bound(srv) {
-        assert!(
-            Instant::now() < deadline,
-            "{} never bound {srv}:4791",
-            server.0
-        );
-        std::thread::sleep(Duration::from_millis(20));
+    let mut a = vec!["exec", "--ip", srv, "--", server.0];
+    a.extend_from_slice(server.1);
+    let mut s = Rxe::spawn_with_env(&a, &[("RXE_LOG", "rxe_verbs::cm::id=info")]);
+    if !s.wait_for_stderr("CM listening", Duration::from_secs(30)) {
+        let f = s.finish(Duration::from_secs(5));
+        panic!("{} never listened: {f:#?}", server.0);
     }
-    let mut tries = 0;
-    let c = loop {
-        tries += 1;
-        let c = exec(cli, client.0, client.1).finish(T);
-        let refused = !c.ok()
-            && (c.text().contains("REJECTED")
-                || c.stderr.contains("REJECTED")
-                || c.stderr.contains("refused"));
-        if c.ok() || !refused || tries == 10 {
-            break c;
-        }
-        std::thread::sleep(Duration::from_millis(300));
-    };
+    let c = exec(cli, client.0, client.1).finish(T);
     let s = s.finish(T);
     (s, c)
 }
@@ -185,7 +158,7 @@ fn the_library_exports_what_rdmacm_binaries_import() {
     // Under rxe exec, librdmacm.so.1 is ours: the same object as
     // libibverbs.so.1, and never the system's.
     if Path::new("/usr/bin/rping").exists() {
-        let l = exec("127.0.111.9", "ldd", &["/usr/bin/rping"]).finish(T);
+        let l = exec("127.0.112.9", "ldd", &["/usr/bin/rping"]).finish(T);
         assert!(l.ok(), "{l:#?}");
         let t = l.text();
         assert!(
@@ -202,13 +175,13 @@ fn rping_between_two_copies_checks_its_data() {
         return;
     }
     let (s, c) = pair(
-        "127.0.111.1",
+        "127.0.112.1",
         (
             "rping",
             &[
                 "-s",
                 "-a",
-                "127.0.111.1",
+                "127.0.112.1",
                 "-p",
                 "19301",
                 "-C",
@@ -219,13 +192,13 @@ fn rping_between_two_copies_checks_its_data() {
                 "-v",
             ],
         ),
-        "127.0.111.2",
+        "127.0.112.2",
         (
             "rping",
             &[
                 "-c",
                 "-a",
-                "127.0.111.1",
+                "127.0.112.1",
                 "-p",
                 "19301",
                 "-C",
@@ -261,12 +234,12 @@ fn ucmatose_runs_eight_connections_at_once() {
         return;
     }
     let (s, c) = pair(
-        "127.0.111.3",
+        "127.0.112.3",
         (
             "ucmatose",
             &[
                 "-b",
-                "127.0.111.3",
+                "127.0.112.3",
                 "-p",
                 "19302",
                 "-c",
@@ -277,12 +250,12 @@ fn ucmatose_runs_eight_connections_at_once() {
                 "4096",
             ],
         ),
-        "127.0.111.4",
+        "127.0.112.4",
         (
             "ucmatose",
             &[
                 "-s",
-                "127.0.111.3",
+                "127.0.112.3",
                 "-p",
                 "19302",
                 "-c",
@@ -309,14 +282,34 @@ fn rdma_server_and_rdma_client_use_the_synchronous_calls() {
         return;
     }
     let (s, c) = pair(
-        "127.0.111.5",
-        ("rdma_server", &["-s", "127.0.111.5", "-p", "19303"]),
-        "127.0.111.6",
-        ("rdma_client", &["-s", "127.0.111.5", "-p", "19303"]),
+        "127.0.112.5",
+        ("rdma_server", &["-s", "127.0.112.5", "-p", "19303"]),
+        "127.0.112.6",
+        ("rdma_client", &["-s", "127.0.112.5", "-p", "19303"]),
     );
     assert!(c.ok() && s.ok(), "client {c:#?}\nserver {s:#?}");
     assert!(c.text().contains("rdma_client: end 0"), "{c:#?}");
     assert!(s.text().contains("rdma_server: end 0"), "{s:#?}");
+}
+
+#[test]
+fn udaddy_resolves_ud_services_with_sidr() {
+    let _serial = serial();
+    if !have("udaddy") {
+        return;
+    }
+    let (s, c) = pair(
+        "127.0.112.12",
+        ("udaddy", &["-b", "127.0.112.12", "-c", "4", "-C", "20"]),
+        "127.0.112.13",
+        ("udaddy", &["-s", "127.0.112.12", "-c", "4", "-C", "20"]),
+    );
+    assert!(c.ok() && s.ok(), "client {c:#?}\nserver {s:#?}");
+    for f in [&s, &c] {
+        let t = f.text();
+        assert!(t.contains("data transfers complete"), "{f:#?}");
+        assert!(t.contains("return status 0"), "{f:#?}");
+    }
 }
 
 #[test]
@@ -333,8 +326,8 @@ fn perftest_runs_over_the_rdma_cm() {
         let mut sargs = vec!["-R", "-F", "-p", "19304"];
         sargs.extend_from_slice(extra);
         let mut cargs = sargs.clone();
-        cargs.push("127.0.111.7");
-        let (s, c) = pair("127.0.111.7", (tool, &sargs), "127.0.111.8", (tool, &cargs));
+        cargs.push("127.0.112.7");
+        let (s, c) = pair("127.0.112.7", (tool, &sargs), "127.0.112.8", (tool, &cargs));
         assert!(c.ok() && s.ok(), "{tool}: client {c:#?}\nserver {s:#?}");
         let t = c.text();
         assert!(t.contains("Data ex. method : rdma_cm"), "{tool}: {t}");
@@ -359,21 +352,25 @@ fn a_connection_to_a_port_nobody_listens_on_is_rejected() {
     }
     // A device on .10 that listens on nothing but runs its CM (every
     // librdmacm program starts it): ucmatose's server on another port.
-    let s = exec(
-        "127.0.111.10",
-        "ucmatose",
-        &["-b", "127.0.111.10", "-p", "19305"],
+    let mut s = Rxe::spawn_with_env(
+        &[
+            "exec",
+            "--ip",
+            "127.0.112.10",
+            "--",
+            "ucmatose",
+            "-b",
+            "127.0.112.10",
+            "-p",
+            "19305",
+        ],
+        &[("RXE_LOG", "rxe_verbs::cm::id=info")],
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !device_bound("127.0.111.10") {
-        assert!(Instant::now() < deadline);
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(500));
+    assert!(s.wait_for_stderr("CM listening", Duration::from_secs(30)));
     let c = exec(
-        "127.0.111.11",
+        "127.0.112.11",
         "rping",
-        &["-c", "-a", "127.0.111.10", "-p", "19306", "-C", "1"],
+        &["-c", "-a", "127.0.112.10", "-p", "19306", "-C", "1"],
     )
     .finish(T);
     drop(s);

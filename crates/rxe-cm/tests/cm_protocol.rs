@@ -130,6 +130,42 @@ fn a_req_for_no_listener_gets_rej_invalid_service_id() {
     assert!(p.a.is_empty());
 }
 
+/// With `offer_unlistened`, a REQ for a ServiceID nobody listens on goes
+/// to the consumer, which may refuse it later, as the endpoint would have.
+#[test]
+fn an_offered_unlistened_req_is_refused_by_the_consumer() {
+    let mut p = Pair::new();
+    let mut cfg = sim::sim_config(0xbbbb, 0x2000);
+    cfg.offer_unlistened = true;
+    p.b = CmEndpoint::new(cfg);
+    let sid = service_id(PortSpace::Tcp, 1);
+    let a =
+        p.a.connect(
+            p.now,
+            ConnectParams::rc(sid, 0x24, 1, sim::gid(1), sim::gid(2)),
+        )
+        .unwrap();
+    let (_, bytes) = Pair::one(&mut p.a);
+    p.b.handle(p.now, addr_a(), &bytes);
+    assert!(Pair::sent(&mut p.b).is_empty(), "nothing sent yet");
+    let [CmEvent::ConnectRequest { id, req, .. }] = &Pair::events(&mut p.b)[..] else {
+        panic!("no ConnectRequest")
+    };
+    assert_eq!(req.service_id, sid);
+    p.b.refuse_unlistened(p.now, *id).unwrap();
+    let (rej, rej_bytes) = Pair::one(&mut p.b);
+    let CmMessage::Rej(r) = &rej.message else {
+        panic!()
+    };
+    assert_eq!(r.reason, RejectReason::InvalidServiceId);
+    assert_eq!(p.b.counters().get(CmCounter::RejInvalidServiceId), 1);
+    p.a.handle(p.now, addr_b(), &rej_bytes);
+    assert!(matches!(
+        Pair::events(&mut p.a)[..],
+        [CmEvent::Rejected { id, reason: RejectReason::InvalidServiceId, .. }] if id == a
+    ));
+}
+
 #[test]
 fn duplicate_reqs_are_answered_by_state() {
     let mut p = Pair::new();

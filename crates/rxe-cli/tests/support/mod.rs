@@ -15,6 +15,8 @@ pub struct Rxe {
     lines: Receiver<String>,
     stdout: Vec<String>,
     stderr: Option<JoinHandle<String>>,
+    /// stderr line by line too, for [`Rxe::wait_for_stderr`].
+    err_lines: Receiver<String>,
     args: Vec<String>,
 }
 
@@ -39,8 +41,14 @@ impl Finished {
 
 impl Rxe {
     pub fn spawn(args: &[&str]) -> Rxe {
+        Rxe::spawn_with_env(args, &[])
+    }
+
+    /// [`Rxe::spawn`] with more environment variables.
+    pub fn spawn_with_env(args: &[&str], env: &[(&str, &str)]) -> Rxe {
         let mut child = Command::new(env!("CARGO_BIN_EXE_rxe"))
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -57,9 +65,19 @@ impl Rxe {
                 }
             }
         });
+        let (etx, err_lines) = channel();
         let stderr = std::thread::spawn(move || {
             let mut s = String::new();
-            let _ = err.read_to_string(&mut s);
+            let mut r = BufReader::new(&mut err);
+            let mut line = String::new();
+            while r.read_line(&mut line).unwrap_or(0) > 0 {
+                let _ = etx.send(line.trim_end().to_string());
+                s.push_str(&line);
+                line.clear();
+            }
+            let mut rest = String::new();
+            let _ = r.read_to_string(&mut rest);
+            s.push_str(&rest);
             s
         });
         Rxe {
@@ -67,7 +85,23 @@ impl Rxe {
             lines,
             stdout: vec![],
             stderr: Some(stderr),
+            err_lines,
             args: args.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    /// Waits for a stderr line that contains `text` (a log line of the
+    /// library, which C stdio does not buffer); false if the process ended
+    /// or `timeout` passed first.
+    pub fn wait_for_stderr(&mut self, text: &str, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.err_lines.recv_timeout(left) {
+                Ok(l) if l.contains(text) => return true,
+                Ok(_) => {}
+                Err(_) => return false,
+            }
         }
     }
 

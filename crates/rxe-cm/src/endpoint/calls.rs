@@ -19,6 +19,28 @@ impl CmEndpoint {
         Ok(())
     }
 
+    /// Refuses a request that `offer_unlistened` offered for a ServiceID
+    /// nobody listens on, as the endpoint itself would have: REJ reason 8
+    /// (Invalid Service ID) or SIDR_REP status 1, counted the same way.
+    pub fn refuse_unlistened(&mut self, now: Instant, id: CommId) -> Result<(), CmError> {
+        if self.conn(id)?.state == CmState::SidrReqRcvd {
+            self.counters.bump(CmCounter::SidrUnsupported);
+            self.sidr_reply(
+                now,
+                id,
+                SidrReply {
+                    status: SidrStatus::ServiceIdNotSupported,
+                    qpn: 0,
+                    qkey: 0,
+                    private_data: Vec::new(),
+                },
+            )
+        } else {
+            self.counters.bump(CmCounter::RejInvalidServiceId);
+            self.reject(now, id, RejectReason::InvalidServiceId, &[])
+        }
+    }
+
     /// Sends a REQ; the answer arrives as `ConnectResponse`, `Rejected` or `Unreachable`.
     pub fn connect(&mut self, now: Instant, p: ConnectParams) -> Result<CommId, CmError> {
         if !(1..=5).contains(&p.path_mtu) {

@@ -110,6 +110,12 @@ pub struct CmConfig {
     pub ca_ack_delay: u8,
     /// The Service Timeout of the MRAs we send (rdma_cm: 24, `CMA_CM_MRA_SETTING`).
     pub mra_service_timeout: u8,
+    /// Offer REQs and SIDR_REQs for ServiceIDs nobody listens on to the
+    /// consumer too (as `ConnectRequest`/`SidrRequest`), which then
+    /// accepts or refuses them itself, instead of the endpoint refusing
+    /// them at once (REJ reason 8, SIDR status 1). A consumer that may
+    /// start listening a moment after the request uses it.
+    pub offer_unlistened: bool,
 }
 
 impl CmConfig {
@@ -124,6 +130,7 @@ impl CmConfig {
             max_cm_retries: 15,
             ca_ack_delay: 15,
             mra_service_timeout: 24,
+            offer_unlistened: false,
         }
     }
 }

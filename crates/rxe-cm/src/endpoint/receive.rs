@@ -49,7 +49,7 @@ impl CmEndpoint {
             }
             return;
         }
-        if !self.listeners.contains(&r.service_id) {
+        if !self.config.offer_unlistened && !self.listeners.contains(&r.service_id) {
             self.counters.bump(CmCounter::RejInvalidServiceId);
             self.send_rej(
                 from,
@@ -309,7 +309,7 @@ impl CmEndpoint {
             }
             return;
         }
-        if !self.listeners.contains(&s.service_id) {
+        if !self.config.offer_unlistened && !self.listeners.contains(&s.service_id) {
             self.counters.bump(CmCounter::SidrUnsupported);
             let rep = SidrRepRepr {
                 request_id: s.request_id,

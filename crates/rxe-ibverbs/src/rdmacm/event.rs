@@ -3,8 +3,9 @@
 //! the event number and status librdmacm gives, and `param.conn` with a
 //! copy of the private data that lives until the event is acked.
 
-use rxe_verbs::cm::{PeerConnParam, RdmaCmEvent};
+use rxe_verbs::cm::{PeerConnParam, RdmaCmEvent, UdPeer, Unreachable, RDMA_UDP_QKEY};
 use rxe_verbs_abi::rdmacm::*;
+use rxe_verbs_abi::{ibv_ah_attr, ibv_global_route};
 
 use super::channel::CChannel;
 use super::id::CId;
@@ -51,6 +52,41 @@ fn conn(data: &[u8], peer: Option<&PeerConnParam>) -> rdma_cm_event_param {
     }
 }
 
+/// `param.ud`: the private data, and the address of the ID's peer (its
+/// QP and Q_Key from a SIDR_REP; a SIDR_REQ names none, then 0 and the
+/// port space's Q_Key).
+fn ud(data: &[u8], id: &CId, peer: Option<UdPeer>) -> rdma_cm_event_param {
+    let route = id.inner.route();
+    let dgid = id
+        .inner
+        .remote_addr()
+        .map_or([0; 16], |a| rxe_verbs::gid_of(a.ip()));
+    rdma_cm_event_param {
+        ud: rdma_ud_param {
+            private_data: if data.is_empty() {
+                std::ptr::null()
+            } else {
+                data.as_ptr().cast()
+            },
+            private_data_len: data.len().min(255) as u8,
+            ah_attr: ibv_ah_attr {
+                grh: ibv_global_route {
+                    dgid,
+                    flow_label: 0,
+                    sgid_index: id.inner.sgid_index(),
+                    hop_limit: route.map_or(64, |r| r.hop_limit),
+                    traffic_class: route.map_or(0, |r| r.traffic_class),
+                },
+                is_global: 1,
+                port_num: rxe_verbs::PORT,
+                ..ibv_ah_attr::default()
+            },
+            qp_num: peer.map_or(0, |p| p.qp_num),
+            qkey: peer.map_or(RDMA_UDP_QKEY, |p| p.qkey),
+        },
+    }
+}
+
 /// The C event for `e`, delivered on `ch`; `None` if the ID it is about
 /// was destroyed meanwhile.
 pub fn to_c(ch: &CChannel, e: RdmaCmEvent) -> Option<*mut rdma_cm_event> {
@@ -63,6 +99,8 @@ pub fn to_c(ch: &CChannel, e: RdmaCmEvent) -> Option<*mut rdma_cm_event> {
         }
         other => (CId::of(other.id())?, None),
     };
+    let is_ud = id.inner.port_space() == rxe_verbs::cm::PortSpace::Udp;
+    let mut ud_peer = None;
     let (code, status, data, peer): (u32, i32, Vec<u8>, Option<PeerConnParam>) = match e {
         RdmaCmEvent::AddrResolved { .. } => (event::ADDR_RESOLVED, 0, Vec::new(), None),
         RdmaCmEvent::RouteResolved { .. } => (event::ROUTE_RESOLVED, 0, Vec::new(), None),
@@ -72,7 +110,10 @@ pub fn to_c(ch: &CChannel, e: RdmaCmEvent) -> Option<*mut rdma_cm_event> {
         RdmaCmEvent::ConnectResponse {
             private_data, peer, ..
         } => (event::CONNECT_RESPONSE, 0, private_data, Some(peer)),
-        RdmaCmEvent::Established { private_data, .. } => {
+        RdmaCmEvent::Established {
+            private_data, ud, ..
+        } => {
+            ud_peer = ud;
             (event::ESTABLISHED, 0, private_data, None)
         }
         // The status of a REJECTED event is the REJ's reason code, as the
@@ -82,7 +123,13 @@ pub fn to_c(ch: &CChannel, e: RdmaCmEvent) -> Option<*mut rdma_cm_event> {
             private_data,
             ..
         } => (event::REJECTED, i32::from(reason), private_data, None),
-        RdmaCmEvent::Unreachable { .. } => (event::UNREACHABLE, -libc::ETIMEDOUT, Vec::new(), None),
+        RdmaCmEvent::Unreachable { why, .. } => {
+            let status = match why {
+                Unreachable::Timeout => -libc::ETIMEDOUT,
+                Unreachable::Sidr(s) => i32::from(s),
+            };
+            (event::UNREACHABLE, status, Vec::new(), None)
+        }
         RdmaCmEvent::Disconnected { .. } => (event::DISCONNECTED, 0, Vec::new(), None),
         RdmaCmEvent::TimewaitExit { .. } => (event::TIMEWAIT_EXIT, 0, Vec::new(), None),
         RdmaCmEvent::DeviceRemoval { .. } => (event::DEVICE_REMOVAL, 0, Vec::new(), None),
@@ -106,7 +153,11 @@ pub fn to_c(ch: &CChannel, e: RdmaCmEvent) -> Option<*mut rdma_cm_event> {
             listen.map(|l| l as *const CId as usize),
         ],
     });
-    b.ev.param = conn(&b.data, peer.as_ref());
+    b.ev.param = if is_ud {
+        ud(&b.data, id, ud_peer)
+    } else {
+        conn(&b.data, peer.as_ref())
+    };
     let p = Box::into_raw(b);
     handles::insert(p, Kind::CmEvent);
     Some(p.cast())

@@ -25,6 +25,26 @@ use crate::error::{Result, VerbsError};
 /// every event that matters wakes it.
 const IDLE_WAIT: Duration = Duration::from_secs(1);
 
+/// How long a REQ or SIDR_REQ for a ServiceID nobody listens on waits for
+/// a listener before it is refused. Programs that connect twice in a row
+/// (perftest's `-R`: a control connection, then the test's) make the
+/// second request the moment the first is up, while the server only
+/// listens again then; the kernel's CM refuses such a REQ at once and the
+/// client gives up. Holding it is within the protocol: the requester
+/// waits the REQ's Remote CM Response Timeout (about 4 s from librdmacm)
+/// before it even resends (IBTA 12.6.6, unchecked number).
+const LISTEN_GRACE: Duration = Duration::from_millis(500);
+
+/// A request that found no listener yet.
+struct Parked {
+    deadline: Instant,
+    comm: CommId,
+    from: rxe_cm::MadAddr,
+    service_id: u64,
+    private_data: Vec<u8>,
+    req: Option<Box<rxe_cm::mad::ReqRepr>>,
+}
+
 /// A device's CM: its configuration until the agent starts, then the agent.
 #[derive(Default)]
 pub(crate) struct CmSlot {
@@ -49,6 +69,8 @@ pub(crate) struct AgentState {
     /// Our GID index to answer each peer GID from.
     pub sgid_for: HashMap<[u8; 16], u8>,
     pub gsi: GsiCounters,
+    /// Requests waiting up to [`LISTEN_GRACE`] for a listener.
+    parked: Vec<Parked>,
     stop: bool,
 }
 
@@ -69,10 +91,13 @@ pub(crate) fn agent(dev: &Device) -> Result<Arc<CmAgent>> {
     if let Some(a) = &slot.agent {
         return Ok(a.clone());
     }
-    let config = slot
+    let mut config = slot
         .config
         .clone()
         .unwrap_or_else(|| CmConfig::new(dev.0.max().node_guid));
+    // Requests for unlistened services come to the agent, which holds them
+    // for LISTEN_GRACE before refusing.
+    config.offer_unlistened = true;
     let gsi = Gsi::create(dev)?;
     let a = Arc::new(CmAgent {
         dev: dev.clone(),
@@ -83,6 +108,7 @@ pub(crate) fn agent(dev: &Device) -> Result<Arc<CmAgent>> {
             listeners: HashMap::new(),
             sgid_for: HashMap::new(),
             gsi: GsiCounters::default(),
+            parked: Vec::new(),
             stop: false,
         }),
         wake: Mutex::new(false),
@@ -247,12 +273,19 @@ impl CmAgent {
             while let Some(ev) = st.ep.poll_event() {
                 events.push(ev);
             }
-            let deadline = st.ep.poll_timeout();
+            let deadline = [
+                st.ep.poll_timeout(),
+                st.parked.iter().map(|p| p.deadline).min(),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
             drop(st);
             let busy = !events.is_empty();
             for ev in events {
                 self.deliver(ev);
             }
+            self.retry_parked(now);
             if busy {
                 continue;
             }
@@ -288,7 +321,13 @@ impl CmAgent {
     fn deliver(&self, ev: CmEvent) {
         let comm = ev.id();
         match ev {
-            CmEvent::ConnectRequest { id, from, req } => self.on_request(id, from, &req),
+            CmEvent::ConnectRequest { id, from, req } => self.on_request(
+                id,
+                from,
+                req.service_id,
+                req.private_data.as_bytes(),
+                Some(&req),
+            ),
             CmEvent::ConnectResponse { id, rep } => {
                 let Some(cm_id) = self.id_of(id) else {
                     let _ = self
@@ -334,6 +373,7 @@ impl CmAgent {
                     cm_id.push(RdmaCmEvent::Established {
                         id: cm_id.clone(),
                         private_data,
+                        ud: None,
                     });
                 }
             }
@@ -348,7 +388,10 @@ impl CmAgent {
             }
             CmEvent::Unreachable { id } => {
                 if let Some(cm_id) = self.id_of(id) {
-                    cm_id.push(RdmaCmEvent::Unreachable { id: cm_id.clone() });
+                    cm_id.push(RdmaCmEvent::Unreachable {
+                        id: cm_id.clone(),
+                        why: super::channel::Unreachable::Timeout,
+                    });
                 }
             }
             CmEvent::Disconnected { id } => {
@@ -370,45 +413,111 @@ impl CmAgent {
                 }
             }
             CmEvent::MraReceived { .. } => {}
-            CmEvent::SidrRequest { id, .. } => {
-                // UD services (RDMA_PS_UDP) are not served yet: say so.
-                tracing::debug!(?id, "SIDR_REQ refused: no UD services");
-                let _ = self.with(|st, now| {
-                    st.ep.sidr_reply(
-                        now,
-                        id,
-                        rxe_cm::SidrReply {
-                            status: rxe_cm::mad::SidrStatus::ServiceIdNotSupported,
-                            qpn: 0,
-                            qkey: 0,
-                            private_data: Vec::new(),
-                        },
-                    )
-                });
+            CmEvent::SidrRequest { id, from, req } => {
+                self.on_request(id, from, req.service_id, req.private_data.as_bytes(), None)
             }
-            CmEvent::SidrResponse { .. } => {}
+            CmEvent::SidrResponse { id, rep } => {
+                if let Some(cm_id) = self.id_of(id) {
+                    let ev = if rep.status == rxe_cm::mad::SidrStatus::Success {
+                        RdmaCmEvent::Established {
+                            id: cm_id.clone(),
+                            private_data: rep.private_data.as_bytes().to_vec(),
+                            ud: Some(super::channel::UdPeer {
+                                qp_num: rep.qpn,
+                                qkey: rep.qkey,
+                            }),
+                        }
+                    } else {
+                        RdmaCmEvent::Unreachable {
+                            id: cm_id.clone(),
+                            why: super::channel::Unreachable::Sidr(rep.status.code()),
+                        }
+                    };
+                    cm_id.push(ev);
+                }
+            }
         }
         self.forget_if_gone(comm);
     }
 
-    fn on_request(&self, comm: CommId, from: rxe_cm::MadAddr, req: &rxe_cm::mad::ReqRepr) {
+    /// Parked requests whose service has a listener now go to it; those
+    /// past their deadline are refused.
+    fn retry_parked(&self, now: Instant) {
+        let due: Vec<Parked> = {
+            let mut st = self.lock();
+            if st.parked.is_empty() {
+                return;
+            }
+            let parked = std::mem::take(&mut st.parked);
+            let (due, keep) = parked
+                .into_iter()
+                .partition(|p| p.deadline <= now || st.listeners.contains_key(&p.service_id));
+            st.parked = keep;
+            due
+        };
+        for p in due {
+            let listening = self.lock().listeners.contains_key(&p.service_id);
+            if listening {
+                self.on_request(
+                    p.comm,
+                    p.from,
+                    p.service_id,
+                    &p.private_data,
+                    p.req.as_deref(),
+                );
+            } else {
+                self.refuse(p.comm);
+            }
+        }
+    }
+
+    /// The refusal IBTA 12.6.7 and 12.11.2 give when nobody listens: REJ
+    /// reason 8 (invalid ServiceID), or SIDR_REP status 1.
+    fn refuse(&self, comm: CommId) {
+        let _ = self.with(|st, now| st.ep.refuse_unlistened(now, comm));
+    }
+
+    /// Wakes the thread to hand parked requests to a new listener.
+    pub fn listener_added(&self) {
+        self.notify();
+    }
+
+    /// A REQ (with `req`) or a SIDR_REQ for `service_id`: a
+    /// ConnectRequest on the listener's channel; without one it waits
+    /// [`LISTEN_GRACE`] for one ([`CmAgent::retry_parked`]).
+    fn on_request(
+        &self,
+        comm: CommId,
+        from: rxe_cm::MadAddr,
+        service_id: u64,
+        private_data: &[u8],
+        req: Option<&rxe_cm::mad::ReqRepr>,
+    ) {
         let Ok(me) = agent(&self.dev) else { return };
         let listener = self
             .lock()
             .listeners
-            .get(&req.service_id)
+            .get(&service_id)
             .and_then(Weak::upgrade)
             .map(CmId);
         let Some(listener) = listener else {
-            let _ =
-                self.with(|st, now| st.ep.reject(now, comm, RejectReason::InvalidServiceId, &[]));
+            let now = self.now();
+            let mut st = self.lock();
+            if !st.parked.iter().any(|p| p.comm == comm) {
+                st.parked.push(Parked {
+                    deadline: now.saturating_add(LISTEN_GRACE),
+                    comm,
+                    from,
+                    service_id,
+                    private_data: private_data.to_vec(),
+                    req: req.map(|r| Box::new(r.clone())),
+                });
+            }
             return;
         };
         let sgid_index = self.lock().sgid_for.get(&from.gid).copied().unwrap_or(0);
-        let child = listener.child(me, comm, sgid_index, req);
-        let user = req
-            .private_data
-            .as_bytes()
+        let child = listener.child(me, comm, sgid_index, private_data);
+        let user = private_data
             .get(rxe_cm::ip_cm::HEADER_LEN..)
             .unwrap_or_default()
             .to_vec();
@@ -417,7 +526,9 @@ impl CmAgent {
             id: child,
             listen_id: listener.clone(),
             private_data: user,
-            peer: super::channel::PeerConnParam::of_req(req),
+            peer: req
+                .map(super::channel::PeerConnParam::of_req)
+                .unwrap_or_default(),
         });
     }
 }

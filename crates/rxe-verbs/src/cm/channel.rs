@@ -39,8 +39,13 @@ pub enum RdmaCmEvent {
         /// What the REP settled.
         peer: PeerConnParam,
     },
-    /// `RDMA_CM_EVENT_ESTABLISHED`.
-    Established { id: CmId, private_data: Vec<u8> },
+    /// `RDMA_CM_EVENT_ESTABLISHED`; for a UD service (`RDMA_PS_UDP`), the
+    /// SIDR_REP's answer: the remote QP to send to and its Q_Key.
+    Established {
+        id: CmId,
+        private_data: Vec<u8>,
+        ud: Option<UdPeer>,
+    },
     /// `RDMA_CM_EVENT_REJECTED`, with the REJ's reason code (IBTA 12.6.7.2:
     /// 8 is Invalid Service ID, 28 consumer defined).
     Rejected {
@@ -48,14 +53,33 @@ pub enum RdmaCmEvent {
         reason: u16,
         private_data: Vec<u8>,
     },
-    /// `RDMA_CM_EVENT_UNREACHABLE`: the REQ or REP ran out of retries.
-    Unreachable { id: CmId },
+    /// `RDMA_CM_EVENT_UNREACHABLE`: the REQ, REP or SIDR_REQ ran out of
+    /// retries, or a SIDR_REP refused.
+    Unreachable { id: CmId, why: Unreachable },
     /// `RDMA_CM_EVENT_DISCONNECTED`.
     Disconnected { id: CmId },
     /// `RDMA_CM_EVENT_TIMEWAIT_EXIT`: the QP may be reused.
     TimewaitExit { id: CmId },
     /// `RDMA_CM_EVENT_DEVICE_REMOVAL`.
     DeviceRemoval { id: CmId },
+}
+
+/// Why a peer is unreachable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unreachable {
+    /// No answer within the retries (librdmacm's status -ETIMEDOUT).
+    Timeout,
+    /// The SIDR_REP's status (IBTA 12.11.2: 1 no such service, 2
+    /// rejected, 3 no QP), which librdmacm gives as the status.
+    Sidr(u8),
+}
+
+/// A UD service's QP, as its SIDR_REP gives it (`rdma_cm_event.param.ud`;
+/// the address is the ID's destination).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdPeer {
+    pub qp_num: u32,
+    pub qkey: u32,
 }
 
 /// `rdma_cm_event.param.conn` as the peer's REQ or REP set it, seen from
@@ -110,7 +134,7 @@ impl RdmaCmEvent {
             | RdmaCmEvent::ConnectResponse { id, .. }
             | RdmaCmEvent::Established { id, .. }
             | RdmaCmEvent::Rejected { id, .. }
-            | RdmaCmEvent::Unreachable { id }
+            | RdmaCmEvent::Unreachable { id, .. }
             | RdmaCmEvent::Disconnected { id }
             | RdmaCmEvent::TimewaitExit { id }
             | RdmaCmEvent::DeviceRemoval { id } => id,

@@ -9,8 +9,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rxe_cm::ip_cm::{self, IpCmHeader, PortSpace};
-use rxe_cm::mad::{req, RejectReason, ReqRepr};
-use rxe_cm::{AcceptParams, CommId, ConnQpType, ConnectParams, QpAttrs};
+use rxe_cm::mad::{req, sidr, RejectReason, SidrStatus};
+use rxe_cm::{
+    AcceptParams, CommId, ConnQpType, ConnectParams, MadAddr, QpAttrs, SidrParams, SidrReply,
+};
 use rxe_core::transport::{AccessFlags, AddressVector, PathMtu, Psn, QpAttr, QpState, QpType};
 
 use super::agent::{agent, CmAgent};
@@ -19,6 +21,10 @@ use super::error::CmApiError;
 use super::resolve;
 use crate::attr::gid_of;
 use crate::connect::{self, InitParams, RcParams, ReadyParams, RemoteQp};
+
+/// The Q_Key of the RDMA CM's UD QPs and multicast groups
+/// (`RDMA_UDP_QKEY`): SIDR_REP announces it, and both sides' QPs use it.
+pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
 use crate::device::{Device, PORT};
 use crate::pd::Pd;
 use crate::qp::{Qp, QpInitAttr};
@@ -195,12 +201,13 @@ fn unlisten(a: &CmAgent, sid: u64) {
 }
 
 impl CmId {
-    /// `rdma_create_id` on `channel`; RC services (`RDMA_PS_TCP`) are
-    /// served, UD ones (`RDMA_PS_UDP`, SIDR) not yet.
+    /// `rdma_create_id` on `channel`: RC services (`RDMA_PS_TCP`,
+    /// connected with REQ/REP/RTU) or UD ones (`RDMA_PS_UDP`, resolved
+    /// with SIDR_REQ/SIDR_REP).
     pub fn new(channel: &EventChannel, ps: PortSpace) -> Result<CmId> {
-        if ps != PortSpace::Tcp {
+        if !matches!(ps, PortSpace::Tcp | PortSpace::Udp) {
             return Err(CmApiError::Unsupported(
-                "a port space other than RDMA_PS_TCP",
+                "a port space other than RDMA_PS_TCP and RDMA_PS_UDP",
             ));
         }
         Ok(CmId(Arc::new(IdShared {
@@ -237,14 +244,14 @@ impl CmId {
         agent: Arc<CmAgent>,
         comm: CommId,
         sgid_index: u8,
-        r: &ReqRepr,
+        private_data: &[u8],
     ) -> CmId {
         let dev = agent.dev.clone();
         let (src, tos) = {
             let st = self.lock();
             (st.src, st.tos)
         };
-        let hdr = IpCmHeader::parse(r.private_data.as_bytes()).ok();
+        let hdr = IpCmHeader::parse(private_data).ok();
         let dst = hdr.map(|h| SocketAddr::new(h.src, h.src_port));
         let src = match (hdr, src) {
             (Some(h), Some(s)) => Some(SocketAddr::new(h.dst, s.port())),
@@ -262,9 +269,7 @@ impl CmId {
                 dst,
                 route,
                 comm: Some(comm),
-                peer_private_data: r
-                    .private_data
-                    .as_bytes()
+                peer_private_data: private_data
                     .get(ip_cm::HEADER_LEN..)
                     .unwrap_or_default()
                     .to_vec(),
@@ -425,17 +430,15 @@ impl CmId {
         Ok(())
     }
 
-    /// `rdma_create_qp`: an RC QP on the ID's device, taken to INIT now;
-    /// `connect` or `accept` take it through RTR and RTS.
+    /// `rdma_create_qp`: an RC QP on the ID's device, taken to INIT now
+    /// (`connect` or `accept` take it through RTR and RTS), or a UD QP of
+    /// an `RDMA_PS_UDP` ID, ready to send and receive at once.
     pub fn create_qp(&self, pd: &Pd, init: &QpInitAttr<'_>) -> Result<Qp> {
         let dev = self
             .device()
             .ok_or(CmApiError::NotReady("bind_addr or resolve_addr"))?;
         if pd.device() != dev {
             return Err(CmApiError::WrongDevice);
-        }
-        if init.qp_type != QpType::Rc {
-            return Err(CmApiError::Unsupported("a QP type other than RC"));
         }
         let qp = pd.create_qp(init)?;
         if let Err(e) = self.attach_qp(&qp) {
@@ -454,10 +457,22 @@ impl CmId {
                 return Err(CmApiError::WrongDevice);
             }
         }
-        if qp.qp_type() != QpType::Rc {
-            return Err(CmApiError::Unsupported("a QP type other than RC"));
+        match (self.0.ps, qp.qp_type()) {
+            (PortSpace::Tcp, QpType::Rc) => connect::to_init(qp, &init_params(true))?,
+            // A UD QP of the RDMA CM is ready at once, with the port
+            // space's Q_Key (librdmacm's RDMA_UDP_QKEY).
+            (PortSpace::Udp, QpType::Ud) => connect::connect(
+                qp,
+                &InitParams::datagram(RDMA_UDP_QKEY),
+                &ReadyParams::Ud {
+                    sq_psn: Psn::new(starting_psn(qp.qp_num())),
+                },
+            )?,
+            (PortSpace::Tcp, _) => {
+                return Err(CmApiError::Unsupported("an RDMA_PS_TCP QP other than RC"))
+            }
+            _ => return Err(CmApiError::Unsupported("an RDMA_PS_UDP QP other than UD")),
         }
-        connect::to_init(qp, &init_params(true))?;
         self.lock().qp = Some(qp.clone());
         Ok(())
     }
@@ -491,9 +506,28 @@ impl CmId {
             src: src.ip(),
             dst: dst.ip(),
         };
-        let private_data = hdr.with_user_data(&p.private_data, req::PRIVATE_DATA_LEN)?;
         let remote_gid = gid_of(dst.ip());
         let local_gid = gid_of(src.ip());
+        let weak = Arc::downgrade(&self.0);
+        if self.0.ps == PortSpace::Udp {
+            // UD: a SIDR_REQ asks the service for its QPN and Q_Key
+            // (IBTA 12.11); the SIDR_REP ends it in `Established`.
+            let sp = SidrParams {
+                to: MadAddr::gsi(remote_gid),
+                service_id: ip_cm::service_id(self.0.ps, dst.port()),
+                pkey: agent.dev.query_pkey(PORT, 0).unwrap_or(0xffff),
+                private_data: hdr.with_user_data(&p.private_data, sidr::REQ_PRIVATE_DATA_LEN)?,
+            };
+            let comm = agent.with(|st, now| {
+                let comm = st.ep.sidr_request(now, sp)?;
+                st.conns.insert(comm, weak);
+                st.sgid_for.insert(remote_gid, sgid_index);
+                Ok::<_, CmApiError>(comm)
+            })?;
+            self.lock().comm = Some(comm);
+            return Ok(());
+        }
+        let private_data = hdr.with_user_data(&p.private_data, req::PRIVATE_DATA_LEN)?;
         let mut cp = ConnectParams::rc(
             ip_cm::service_id(self.0.ps, dst.port()),
             qpn,
@@ -511,7 +545,6 @@ impl CmId {
         cp.path.traffic_class = route.traffic_class;
         cp.pkey = agent.dev.query_pkey(PORT, 0).unwrap_or(0xffff);
         cp.private_data = private_data;
-        let weak = Arc::downgrade(&self.0);
         let comm = agent.with(|st, now| {
             let comm = st.ep.connect(now, cp)?;
             st.conns.insert(comm, weak);
@@ -561,11 +594,13 @@ impl CmId {
                 }
                 return Err(e);
             }
+            a.listener_added();
             done.push(a);
         }
         let mut st = self.lock();
         st.listening = Some(sid);
         st.listen_agents = agents;
+        tracing::info!(service_id = format_args!("{sid:#018x}"), addr = %src, "CM listening");
         Ok(())
     }
 
@@ -584,6 +619,18 @@ impl CmId {
         let (agent, comm) = self.conn()?;
         let qp = self.qp();
         let qpn = qp.as_ref().map_or(p.qp_num, |q| q.qp_num());
+        if self.0.ps == PortSpace::Udp {
+            // UD: the SIDR_REP with our QPN and Q_Key; nothing follows on
+            // this side (librdmacm reports no Established for it).
+            let reply = SidrReply {
+                status: SidrStatus::Success,
+                qpn,
+                qkey: RDMA_UDP_QKEY,
+                private_data: p.private_data.clone(),
+            };
+            agent.with(|st, now| st.ep.sidr_reply(now, comm, reply))?;
+            return Ok(());
+        }
         let mut ap = AcceptParams::new(qpn, starting_psn(qpn));
         ap.responder_resources = p.responder_resources;
         ap.initiator_depth = p.initiator_depth;
@@ -612,6 +659,16 @@ impl CmId {
     /// consumer defined, as librdmacm sends).
     pub fn reject(&self, private_data: &[u8]) -> Result<()> {
         let (agent, comm) = self.conn()?;
+        if self.0.ps == PortSpace::Udp {
+            let reply = SidrReply {
+                status: SidrStatus::Rejected,
+                qpn: 0,
+                qkey: 0,
+                private_data: private_data.to_vec(),
+            };
+            agent.with(|st, now| st.ep.sidr_reply(now, comm, reply))?;
+            return Ok(());
+        }
         agent.with(|st, now| {
             st.ep
                 .reject(now, comm, RejectReason::ConsumerDefined, private_data)

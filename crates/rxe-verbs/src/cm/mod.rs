@@ -17,8 +17,10 @@ mod id;
 pub mod resolve;
 
 pub use agent::{configure, start};
-pub use channel::{ChannelHook, EventChannel, NextEvent, PeerConnParam, RdmaCmEvent};
+pub use channel::{
+    ChannelHook, EventChannel, NextEvent, PeerConnParam, RdmaCmEvent, UdPeer, Unreachable,
+};
 pub use error::CmApiError;
-pub use id::{CmId, ConnParam};
+pub use id::{CmId, ConnParam, RDMA_UDP_QKEY};
 pub use rxe_cm::ip_cm::PortSpace;
 pub use rxe_cm::CmConfig;
