@@ -675,23 +675,18 @@ impl DeviceShared {
         let deadline = rxe_net::Engine::poll_timeout(&mut *e);
         drop(e);
         self.waker.notify_deadline(deadline);
+        // The driver may have skipped a turn while we held the lock.
+        self.waker.after_unlock();
     }
 
     /// Busy-poll progress (as NAPI busy polling does for sockets): a
-    /// thread that polls an empty CQ does the device's receive work itself,
-    /// if nobody else is doing it at this moment, instead of waiting for
-    /// the driver thread to be scheduled. On a loaded machine that wait is
-    /// a scheduler time slice, milliseconds.
+    /// thread that polls an empty CQ takes the driver's turn itself
+    /// (receive, due timers, transmit: `rxe_net::driver::turn`), if nobody
+    /// else is in the engine at this moment, instead of waiting for the
+    /// driver thread to be scheduled. On a loaded machine that wait is a
+    /// scheduler time slice, milliseconds.
     pub(crate) fn progress(&self) {
-        let Ok(mut e) = self.engine.try_lock() else {
-            return;
-        };
-        self.net.receive(&mut *e);
-        let now = self.net.clock().now();
-        if rxe_net::Engine::poll_timeout(&mut *e).is_some_and(|t| t <= now) {
-            rxe_net::Engine::handle_timeout(&mut *e, now);
-        }
-        self.kick(e);
+        self.waker.busy_poll(&self.net, &self.engine);
     }
 
     pub(crate) fn take_client_data(&self, id: ClientId) -> Option<ClientData> {
