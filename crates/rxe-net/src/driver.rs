@@ -67,6 +67,8 @@ struct Shared {
     /// The thread found the engine locked while a poller was at work and
     /// skipped its turn: whoever unlocks next takes one (or wakes it).
     missed: AtomicBool,
+    /// See [`DriverWaker::set_prefer_busy_poll`].
+    prefer_busy_poll: AtomicBool,
 }
 
 /// Wakes the driver thread; cheap to clone, usable from any thread.
@@ -94,6 +96,19 @@ impl DriverWaker {
         if d < prev {
             self.wake();
         }
+    }
+
+    /// Prefer busy polling (as `SO_PREFER_BUSY_POLL` does for a socket):
+    /// while a poller is at work (it polled in the last millisecond), the
+    /// thread does not watch the sockets, so arrivals wake nobody; the
+    /// poller receives them. For applications that keep polling a CQ
+    /// while they wait (`rxe perf`'s latency loops, `ib_send_lat`). Not
+    /// for one that polls, then waits by spinning on memory
+    /// (`ib_write_lat`): its peer's WRITE would wait for the thread's next
+    /// look, a millisecond or so.
+    pub fn set_prefer_busy_poll(&self, on: bool) {
+        self.shared.prefer_busy_poll.store(on, Ordering::Relaxed);
+        self.wake();
     }
 
     /// Call after unlocking the engine from outside the thread: if the
@@ -207,6 +222,7 @@ impl Driver {
             sleep_until: AtomicU64::new(AWAKE),
             polled_at: AtomicU64::new(0),
             missed: AtomicBool::new(false),
+            prefer_busy_poll: AtomicBool::new(false),
         });
         port.set_waker(Some(waker));
         let (p, s) = (port.clone(), shared.clone());
@@ -260,25 +276,29 @@ impl Drop for Driver {
 struct Registered {
     sockets: Vec<Arc<RoceSocket>>,
     generation: Option<u64>,
-    writable: bool,
+    /// `None`: registered for nothing (not in the poll at all).
+    interest: Option<Interest>,
 }
 
 impl Registered {
-    fn interest(writable: bool) -> Interest {
-        if writable {
-            Interest::READABLE | Interest::WRITABLE
-        } else {
-            Interest::READABLE
+    fn interest(readable: bool, writable: bool) -> Option<Interest> {
+        match (readable, writable) {
+            (true, true) => Some(Interest::READABLE | Interest::WRITABLE),
+            (true, false) => Some(Interest::READABLE),
+            (false, true) => Some(Interest::WRITABLE),
+            (false, false) => None,
         }
     }
 
     /// Brings the registrations up to the port's sockets and the interest
     /// wanted. Holding the `Arc`s keeps each descriptor open until it is
     /// deregistered, so a removed address never leaves a stale (or reused)
-    /// descriptor in the poll.
-    fn update(&mut self, poll: &Poll, port: &NetPort, writable: bool) {
+    /// descriptor in the poll. A socket registered again that is already
+    /// readable is reported at once (epoll checks readiness on insert).
+    fn update(&mut self, poll: &Poll, port: &NetPort, readable: bool, writable: bool) {
         let g = port.generation();
-        if self.generation == Some(g) && self.writable == writable {
+        let want = Registered::interest(readable, writable);
+        if self.generation == Some(g) && self.interest == want {
             return;
         }
         let reg = poll.registry();
@@ -288,17 +308,17 @@ impl Registered {
                 tracing::debug!(error = %e, "deregister");
             }
         }
-        self.sockets = port.sockets();
-        for (i, s) in self.sockets.iter().enumerate() {
-            let fd = s.as_raw_fd();
-            if let Err(e) =
-                reg.register(&mut SourceFd(&fd), Token(i), Registered::interest(writable))
-            {
-                tracing::error!(error = %e, local = %s.local_addr(), "cannot poll socket");
+        if let Some(interest) = want {
+            self.sockets = port.sockets();
+            for (i, s) in self.sockets.iter().enumerate() {
+                let fd = s.as_raw_fd();
+                if let Err(e) = reg.register(&mut SourceFd(&fd), Token(i), interest) {
+                    tracing::error!(error = %e, local = %s.local_addr(), "cannot poll socket");
+                }
             }
         }
         self.generation = Some(g);
-        self.writable = writable;
+        self.interest = want;
     }
 }
 
@@ -308,7 +328,7 @@ fn run<E: Engine>(port: Arc<NetPort>, engine: Arc<Mutex<E>>, mut poll: Poll, sha
     let mut reg = Registered {
         sockets: Vec::new(),
         generation: None,
-        writable: false,
+        interest: None,
     };
     tracing::debug!("driver started");
     while !shared.stop.load(Ordering::SeqCst) {
@@ -328,8 +348,20 @@ fn run<E: Engine>(port: Arc<NetPort>, engine: Arc<Mutex<E>>, mut poll: Poll, sha
                 d
             }
         };
-        reg.update(&poll, &port, port.has_pending_sends());
-        let timeout = if port.has_unread() {
+        // With busy polling preferred and a poller at work, arrivals are
+        // the poller's: the thread stops watching for them (each would
+        // wake it, a context switch per packet), and looks again within
+        // POLLER_FRESH whether the poller is still there.
+        let quiet =
+            shared.prefer_busy_poll.load(Ordering::Relaxed) && poller_fresh(&shared, clock.now());
+        reg.update(&poll, &port, !quiet, port.has_pending_sends());
+        let deadline = if quiet {
+            let check = clock.now().saturating_add(POLLER_FRESH);
+            deadline.map(|d| d.min(check))
+        } else {
+            deadline
+        };
+        let timeout = if port.has_unread() && !quiet {
             Some(Duration::ZERO)
         } else {
             deadline.map(|d| {
@@ -364,6 +396,12 @@ fn publish(shared: &Shared, d: Option<Instant>) {
         d.map_or(NO_DEADLINE, |d| d.as_nanos().max(AWAKE + 1)),
         Ordering::SeqCst,
     );
+}
+
+/// Whether a busy poll came within the last [`POLLER_FRESH`].
+fn poller_fresh(shared: &Shared, now: Instant) -> bool {
+    let polled = shared.polled_at.load(Ordering::Relaxed);
+    polled != 0 && now.as_nanos().saturating_sub(polled) < POLLER_FRESH.as_nanos() as u64
 }
 
 /// The engine lock for the thread's turn. While a busy poller is at work

@@ -371,8 +371,23 @@ impl Device {
             })?;
         *shared.monitor.lock().unwrap() = Some(monitor);
         tracing::info!(device = %name, addrs = ?bind, mtu = %active_mtu, "device added");
+        if std::env::var_os("RXE_PREFER_BUSY_POLL").is_some_and(|v| v == "1") {
+            shared.set_prefer_busy_poll(true);
+        }
         registry::insert_device(shared.clone());
         Ok(Device(shared))
+    }
+
+    /// Prefers busy polling on this device (off by default): while a
+    /// thread keeps polling one of its CQs, arrivals are left to that
+    /// thread and do not wake the driver thread. Right for a program that
+    /// polls the CQ whenever it waits; wrong for one that waits by spinning
+    /// on memory (`ib_write_lat`), whose packets would then wait about a
+    /// millisecond. `RXE_PREFER_BUSY_POLL=1` in the environment turns it
+    /// on for every device the process adds. docs/performance.md has the
+    /// measurements.
+    pub fn set_prefer_busy_poll(&self, on: bool) {
+        self.0.set_prefer_busy_poll(on);
     }
 
     /// Removes the device (`rdma link delete`): clients' `remove` callbacks
@@ -677,6 +692,19 @@ impl DeviceShared {
         self.waker.notify_deadline(deadline);
         // The driver may have skipped a turn while we held the lock.
         self.waker.after_unlock();
+    }
+
+    /// Prefer busy polling, as `SO_PREFER_BUSY_POLL` does for a socket:
+    /// while a thread keeps polling a CQ of the device, the driver thread
+    /// stops watching the sockets and the poller receives what arrives
+    /// (no wake-up of the driver per packet). Only for applications that
+    /// poll while they wait: one that waits by spinning on memory would
+    /// see its packets wait up to a millisecond or so for the driver's
+    /// next look (see `rxe_net::DriverWaker::set_prefer_busy_poll`).
+    /// Programs run with the drop-in libibverbs set it with the environment
+    /// variable `RXE_PREFER_BUSY_POLL=1`.
+    pub(crate) fn set_prefer_busy_poll(&self, on: bool) {
+        self.waker.set_prefer_busy_poll(on);
     }
 
     /// Busy-poll progress (as NAPI busy polling does for sockets): a
