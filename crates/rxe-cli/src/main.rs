@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod busy_poll;
 mod demo;
 mod devices;
@@ -64,6 +65,10 @@ enum Command {
     /// Draw a capture as an RDMA ladder diagram with a byte map of every
     /// packet: one self-contained HTML page.
     Ladder(ladder::Args),
+    /// rxe and raw UDP side by side on loopback, in one run: RC WRITE,
+    /// READ and SEND of 1 MiB, 64-byte WRITEs pipelined, the WRITE round
+    /// trip; a table with the ratios and each side's CPU time.
+    Bench(bench::Args),
 }
 
 fn main() -> ExitCode {
@@ -77,6 +82,7 @@ fn main() -> ExitCode {
         Command::Dissect(args) => dissect::run(&args),
         Command::Exec(args) => exec::run(&args),
         Command::Ladder(args) => ladder::run(&args),
+        Command::Bench(args) => bench::run(&args),
     };
     match result {
         Ok(code) => code,

@@ -8,14 +8,25 @@
 //!
 //! Posts do not always pay for a wake-up: the thread publishes the
 //! deadline it sleeps until, and [`DriverWaker::notify_deadline`] wakes it
-//! only for an earlier one. The poster flushes its own packets (see
-//! `NetPort::flush`), so the driver is needed only for what comes later:
-//! responses, acknowledgements, timers.
+//! only for an earlier one. It never sleeps longer than [`TICK`], so the
+//! retransmission timer a post starts (67 ms at perftest's default
+//! timeout) is later than what it sleeps until and wakes nobody. The
+//! poster flushes its own packets (see `NetPort::flush`), so the driver is
+//! needed only for what comes later: responses, acknowledgements, timers.
+//!
+//! Busy polling ([`DriverWaker::busy_poll`]): an application thread that
+//! finds its CQ empty does the same [`turn`] itself, so a poll loop does
+//! not wait for this thread to be scheduled. While such a poller is
+//! active the thread, woken by a packet, does not queue on the engine
+//! lock behind it (a futex sleep and a futex wake per packet, measured:
+//! 1.8 futex calls per round trip of `rxe perf write --lat`): it leaves a
+//! note (`missed`) that the poller reads after unlocking, and the poller
+//! takes one more turn.
 
 use std::io;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -36,6 +47,13 @@ const NO_DEADLINE: u64 = u64::MAX;
 /// The shortest sleep when the engine's deadline is already due after a
 /// turn (an engine that keeps a past deadline must not make this spin).
 const MIN_SLEEP: Duration = Duration::from_millis(1);
+/// The longest sleep: an idle device turns 40 times a second, and a
+/// deadline later than this (a post's retransmission timer) needs no
+/// wake-up.
+pub const TICK: Duration = Duration::from_millis(25);
+/// A busy poll this recent counts as a poller at work: the thread does not
+/// wait for the engine lock while one may hold it.
+const POLLER_FRESH: Duration = Duration::from_millis(1);
 
 #[derive(Debug)]
 struct Shared {
@@ -44,6 +62,13 @@ struct Shared {
     /// Nanoseconds of the deadline the thread sleeps until, `AWAKE` or
     /// `NO_DEADLINE`. Written by the thread under the engine lock.
     sleep_until: AtomicU64,
+    /// Nanoseconds (engine clock) of the last busy poll, 0 for none.
+    polled_at: AtomicU64,
+    /// The thread found the engine locked while a poller was at work and
+    /// skipped its turn: whoever unlocks next takes one (or wakes it).
+    missed: AtomicBool,
+    /// See [`DriverWaker::set_prefer_busy_poll`].
+    prefer_busy_poll: AtomicBool,
 }
 
 /// Wakes the driver thread; cheap to clone, usable from any thread.
@@ -72,6 +97,107 @@ impl DriverWaker {
             self.wake();
         }
     }
+
+    /// Prefer busy polling (as `SO_PREFER_BUSY_POLL` does for a socket):
+    /// while a poller is at work (it polled in the last millisecond), the
+    /// thread does not watch the sockets, so arrivals wake nobody; the
+    /// poller receives them. For applications that keep polling a CQ
+    /// while they wait (`rxe perf`'s latency loops, `ib_send_lat`). Not
+    /// for one that polls, then waits by spinning on memory
+    /// (`ib_write_lat`): its peer's WRITE would wait for the thread's next
+    /// look, a millisecond or so.
+    pub fn set_prefer_busy_poll(&self, on: bool) {
+        self.shared.prefer_busy_poll.store(on, Ordering::Relaxed);
+        self.wake();
+    }
+
+    /// Call after unlocking the engine from outside the thread: if the
+    /// thread skipped a turn because the engine was locked, wake it.
+    pub fn after_unlock(&self) {
+        // Pairs with the fence in `lock_or_note`: either the thread saw
+        // the lock free, or this sees its note.
+        fence(Ordering::SeqCst);
+        if self.shared.missed.swap(false, Ordering::SeqCst) {
+            self.wake();
+        }
+    }
+
+    /// One busy-poll turn on the caller's thread (NAPI busy polling, in
+    /// user space): if nobody holds the engine, [`turn`] (receive, due
+    /// timers, transmit) and tell the thread the deadline. A thread that
+    /// polls an empty CQ calls it, so that a poll loop makes progress
+    /// without waiting for the driver thread to be scheduled. Returns
+    /// whether it took a turn (`false`: someone else is in the engine).
+    pub fn busy_poll<E: Engine + ?Sized>(&self, port: &NetPort, engine: &Mutex<E>) -> bool {
+        let clock = port.clock();
+        self.shared
+            .polled_at
+            .store(clock.now().as_nanos().max(1), Ordering::Relaxed);
+        let Some(mut e) = try_lock(engine) else {
+            return false;
+        };
+        // A packet that arrives while we hold the lock wakes the thread,
+        // which leaves a note instead of waiting: one more turn here.
+        for _ in 0..2 {
+            let d = turn(port, &mut *e).deadline;
+            drop(e);
+            self.notify_deadline(d);
+            fence(Ordering::SeqCst);
+            if !self.shared.missed.swap(false, Ordering::SeqCst) {
+                return true;
+            }
+            match try_lock(engine) {
+                Some(g) => e = g,
+                None => {
+                    // Someone else (a verb) holds it now and may not look
+                    // at the note: the thread takes the turn.
+                    self.wake();
+                    return true;
+                }
+            }
+        }
+        // Still behind after two turns: leave the rest to the thread.
+        self.shared.missed.store(true, Ordering::SeqCst);
+        drop(e);
+        self.after_unlock();
+        true
+    }
+}
+
+/// The engine lock if it is free (a poisoned lock is taken as it is: the
+/// engine's state is still the best there is).
+fn try_lock<E: ?Sized>(m: &Mutex<E>) -> Option<MutexGuard<'_, E>> {
+    match m.try_lock() {
+        Ok(g) => Some(g),
+        Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    }
+}
+
+/// What one [`turn`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Turn {
+    /// Packets received and handed to the engine.
+    pub received: usize,
+    /// The engine's next deadline.
+    pub deadline: Option<Instant>,
+}
+
+/// One engine turn, the same for the driver thread and a busy poller:
+/// the datagrams waiting on the sockets into the engine, the timers that
+/// are due, then what the engine has to send. The caller holds the engine
+/// lock.
+pub fn turn<E: Engine + ?Sized>(port: &NetPort, e: &mut E) -> Turn {
+    let received = port.receive(e);
+    let now = port.clock().now();
+    if e.poll_timeout().is_some_and(|t| t <= now) {
+        e.handle_timeout(now);
+    }
+    port.flush(e);
+    Turn {
+        received,
+        deadline: e.poll_timeout(),
+    }
 }
 
 /// The driver thread of one port and engine.
@@ -94,6 +220,9 @@ impl Driver {
             waker: waker.clone(),
             stop: AtomicBool::new(false),
             sleep_until: AtomicU64::new(AWAKE),
+            polled_at: AtomicU64::new(0),
+            missed: AtomicBool::new(false),
+            prefer_busy_poll: AtomicBool::new(false),
         });
         port.set_waker(Some(waker));
         let (p, s) = (port.clone(), shared.clone());
@@ -147,25 +276,29 @@ impl Drop for Driver {
 struct Registered {
     sockets: Vec<Arc<RoceSocket>>,
     generation: Option<u64>,
-    writable: bool,
+    /// `None`: registered for nothing (not in the poll at all).
+    interest: Option<Interest>,
 }
 
 impl Registered {
-    fn interest(writable: bool) -> Interest {
-        if writable {
-            Interest::READABLE | Interest::WRITABLE
-        } else {
-            Interest::READABLE
+    fn interest(readable: bool, writable: bool) -> Option<Interest> {
+        match (readable, writable) {
+            (true, true) => Some(Interest::READABLE | Interest::WRITABLE),
+            (true, false) => Some(Interest::READABLE),
+            (false, true) => Some(Interest::WRITABLE),
+            (false, false) => None,
         }
     }
 
     /// Brings the registrations up to the port's sockets and the interest
     /// wanted. Holding the `Arc`s keeps each descriptor open until it is
     /// deregistered, so a removed address never leaves a stale (or reused)
-    /// descriptor in the poll.
-    fn update(&mut self, poll: &Poll, port: &NetPort, writable: bool) {
+    /// descriptor in the poll. A socket registered again that is already
+    /// readable is reported at once (epoll checks readiness on insert).
+    fn update(&mut self, poll: &Poll, port: &NetPort, readable: bool, writable: bool) {
         let g = port.generation();
-        if self.generation == Some(g) && self.writable == writable {
+        let want = Registered::interest(readable, writable);
+        if self.generation == Some(g) && self.interest == want {
             return;
         }
         let reg = poll.registry();
@@ -175,17 +308,17 @@ impl Registered {
                 tracing::debug!(error = %e, "deregister");
             }
         }
-        self.sockets = port.sockets();
-        for (i, s) in self.sockets.iter().enumerate() {
-            let fd = s.as_raw_fd();
-            if let Err(e) =
-                reg.register(&mut SourceFd(&fd), Token(i), Registered::interest(writable))
-            {
-                tracing::error!(error = %e, local = %s.local_addr(), "cannot poll socket");
+        if let Some(interest) = want {
+            self.sockets = port.sockets();
+            for (i, s) in self.sockets.iter().enumerate() {
+                let fd = s.as_raw_fd();
+                if let Err(e) = reg.register(&mut SourceFd(&fd), Token(i), interest) {
+                    tracing::error!(error = %e, local = %s.local_addr(), "cannot poll socket");
+                }
             }
         }
         self.generation = Some(g);
-        self.writable = writable;
+        self.interest = want;
     }
 }
 
@@ -195,29 +328,40 @@ fn run<E: Engine>(port: Arc<NetPort>, engine: Arc<Mutex<E>>, mut poll: Poll, sha
     let mut reg = Registered {
         sockets: Vec::new(),
         generation: None,
-        writable: false,
+        interest: None,
     };
     tracing::debug!("driver started");
     while !shared.stop.load(Ordering::SeqCst) {
-        let deadline = {
-            let mut e = engine.lock().unwrap_or_else(PoisonError::into_inner);
-            port.receive(&mut *e);
-            let now = clock.now();
-            if e.poll_timeout().is_some_and(|t| t <= now) {
-                e.handle_timeout(now);
+        let deadline = match lock_or_note(&engine, &shared, clock.now()) {
+            Some(mut e) => {
+                let d = turn(&port, &mut *e).deadline;
+                let cap = clock.now().saturating_add(TICK);
+                let d = Some(d.map_or(cap, |d| d.min(cap)));
+                publish(&shared, d);
+                d
             }
-            port.flush(&mut *e);
-            let d = e.poll_timeout();
-            // Published under the engine lock: a poster that changes the
-            // deadline after this sees it and wakes the thread if needed.
-            shared.sleep_until.store(
-                d.map_or(NO_DEADLINE, |d| d.as_nanos().max(AWAKE + 1)),
-                Ordering::SeqCst,
-            );
-            d
+            None => {
+                // A poller holds the engine and will see the note; should
+                // it stop polling, the next try is soon.
+                let d = Some(clock.now().saturating_add(MIN_SLEEP));
+                publish(&shared, d);
+                d
+            }
         };
-        reg.update(&poll, &port, port.has_pending_sends());
-        let timeout = if port.has_unread() {
+        // With busy polling preferred and a poller at work, arrivals are
+        // the poller's: the thread stops watching for them (each would
+        // wake it, a context switch per packet), and looks again within
+        // POLLER_FRESH whether the poller is still there.
+        let quiet =
+            shared.prefer_busy_poll.load(Ordering::Relaxed) && poller_fresh(&shared, clock.now());
+        reg.update(&poll, &port, !quiet, port.has_pending_sends());
+        let deadline = if quiet {
+            let check = clock.now().saturating_add(POLLER_FRESH);
+            deadline.map(|d| d.min(check))
+        } else {
+            deadline
+        };
+        let timeout = if port.has_unread() && !quiet {
             Some(Duration::ZERO)
         } else {
             deadline.map(|d| {
@@ -242,4 +386,42 @@ fn run<E: Engine>(port: Arc<NetPort>, engine: Arc<Mutex<E>>, mut poll: Poll, sha
         let _ = r.deregister(&mut SourceFd(&s.as_raw_fd()));
     }
     tracing::debug!("driver stopped");
+}
+
+/// Publishes the deadline the thread will sleep until. Called under the
+/// engine lock (or right after finding it held): a poster that changes the
+/// deadline later sees it and wakes the thread if needed.
+fn publish(shared: &Shared, d: Option<Instant>) {
+    shared.sleep_until.store(
+        d.map_or(NO_DEADLINE, |d| d.as_nanos().max(AWAKE + 1)),
+        Ordering::SeqCst,
+    );
+}
+
+/// Whether a busy poll came within the last [`POLLER_FRESH`].
+fn poller_fresh(shared: &Shared, now: Instant) -> bool {
+    let polled = shared.polled_at.load(Ordering::Relaxed);
+    polled != 0 && now.as_nanos().saturating_sub(polled) < POLLER_FRESH.as_nanos() as u64
+}
+
+/// The engine lock for the thread's turn. While a busy poller is at work
+/// the thread does not queue behind it: if the lock is held it leaves the
+/// `missed` note and returns `None`, and the holder takes the turn (see
+/// `DriverWaker::busy_poll`, `after_unlock`).
+fn lock_or_note<'a, E>(
+    engine: &'a Mutex<E>,
+    shared: &Shared,
+    now: Instant,
+) -> Option<MutexGuard<'a, E>> {
+    let polled = shared.polled_at.load(Ordering::Relaxed);
+    let fresh =
+        polled != 0 && now.as_nanos().saturating_sub(polled) < POLLER_FRESH.as_nanos() as u64;
+    if !fresh {
+        return Some(engine.lock().unwrap_or_else(PoisonError::into_inner));
+    }
+    shared.missed.store(true, Ordering::SeqCst);
+    fence(Ordering::SeqCst);
+    let g = try_lock(engine)?;
+    shared.missed.store(false, Ordering::SeqCst);
+    Some(g)
 }

@@ -371,8 +371,23 @@ impl Device {
             })?;
         *shared.monitor.lock().unwrap() = Some(monitor);
         tracing::info!(device = %name, addrs = ?bind, mtu = %active_mtu, "device added");
+        if std::env::var_os("RXE_PREFER_BUSY_POLL").is_some_and(|v| v == "1") {
+            shared.set_prefer_busy_poll(true);
+        }
         registry::insert_device(shared.clone());
         Ok(Device(shared))
+    }
+
+    /// Prefers busy polling on this device (off by default): while a
+    /// thread keeps polling one of its CQs, arrivals are left to that
+    /// thread and do not wake the driver thread. Right for a program that
+    /// polls the CQ whenever it waits; wrong for one that waits by spinning
+    /// on memory (`ib_write_lat`), whose packets would then wait about a
+    /// millisecond. `RXE_PREFER_BUSY_POLL=1` in the environment turns it
+    /// on for every device the process adds. docs/performance.md has the
+    /// measurements.
+    pub fn set_prefer_busy_poll(&self, on: bool) {
+        self.0.set_prefer_busy_poll(on);
     }
 
     /// Removes the device (`rdma link delete`): clients' `remove` callbacks
@@ -675,23 +690,31 @@ impl DeviceShared {
         let deadline = rxe_net::Engine::poll_timeout(&mut *e);
         drop(e);
         self.waker.notify_deadline(deadline);
+        // The driver may have skipped a turn while we held the lock.
+        self.waker.after_unlock();
+    }
+
+    /// Prefer busy polling, as `SO_PREFER_BUSY_POLL` does for a socket:
+    /// while a thread keeps polling a CQ of the device, the driver thread
+    /// stops watching the sockets and the poller receives what arrives
+    /// (no wake-up of the driver per packet). Only for applications that
+    /// poll while they wait: one that waits by spinning on memory would
+    /// see its packets wait up to a millisecond or so for the driver's
+    /// next look (see `rxe_net::DriverWaker::set_prefer_busy_poll`).
+    /// Programs run with the drop-in libibverbs set it with the environment
+    /// variable `RXE_PREFER_BUSY_POLL=1`.
+    pub(crate) fn set_prefer_busy_poll(&self, on: bool) {
+        self.waker.set_prefer_busy_poll(on);
     }
 
     /// Busy-poll progress (as NAPI busy polling does for sockets): a
-    /// thread that polls an empty CQ does the device's receive work itself,
-    /// if nobody else is doing it at this moment, instead of waiting for
-    /// the driver thread to be scheduled. On a loaded machine that wait is
-    /// a scheduler time slice, milliseconds.
+    /// thread that polls an empty CQ takes the driver's turn itself
+    /// (receive, due timers, transmit: `rxe_net::driver::turn`), if nobody
+    /// else is in the engine at this moment, instead of waiting for the
+    /// driver thread to be scheduled. On a loaded machine that wait is a
+    /// scheduler time slice, milliseconds.
     pub(crate) fn progress(&self) {
-        let Ok(mut e) = self.engine.try_lock() else {
-            return;
-        };
-        self.net.receive(&mut *e);
-        let now = self.net.clock().now();
-        if rxe_net::Engine::poll_timeout(&mut *e).is_some_and(|t| t <= now) {
-            rxe_net::Engine::handle_timeout(&mut *e, now);
-        }
-        self.kick(e);
+        self.waker.busy_poll(&self.net, &self.engine);
     }
 
     pub(crate) fn take_client_data(&self, id: ClientId) -> Option<ClientData> {

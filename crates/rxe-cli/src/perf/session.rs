@@ -41,6 +41,12 @@ fn bind_listener(ip: Option<IpAddr>, port: u16) -> Result<TcpListener> {
 
 /// Everything from the TCP connection to the last line of output.
 pub(super) fn session(dev: &Device, target: &Target, cfg: &Config) -> Result<()> {
+    // The latency loops poll the CQ at every empty wait, also while they
+    // watch memory for the peer's WRITE: the driver thread can leave the
+    // arrivals to them (docs/performance.md).
+    if cfg.lat {
+        dev.set_prefer_busy_poll(true);
+    }
     let port = dev.query_port(rxe_verbs::PORT)?;
     let attr = dev.query_device()?;
     let (gid_index, gid) = place::local_gid(dev, target, cfg.gid_index)?;

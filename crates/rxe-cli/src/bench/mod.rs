@@ -1,0 +1,164 @@
+//! `rxe bench`: rxe and raw UDP side by side, in one run, on loopback,
+//! with the ratios and the CPU each side spends (issue #14's figures).
+//!
+//! The raw UDP baselines ([`raw`]) run as two threads of this process on
+//! 127.0.0.152-155; the rxe figures ([`perf_run`]) run `rxe perf` as two
+//! child processes on 127.0.0.150 and .151, each with its own device, as
+//! a user runs perftest. Every measurement lasts about `--duration`
+//! seconds (the rxe ones by an iteration count picked for it), so a run
+//! is bounded; `--quick` makes each a fraction of a second (the smoke
+//! test). The machine may be busy: compare ratios of one run, and take
+//! medians of several runs. [`table`] prints the result.
+
+mod cpu;
+mod perf_run;
+mod raw;
+mod table;
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+use table::{Cpu, Row};
+
+/// The raw UDP addresses (rxe's are 127.0.0.150 and .151).
+const RAW_A: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 152));
+const RAW_B: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 153));
+/// A RoCEv2 packet of 4096 bytes of payload: BTH (12) + RETH (16) +
+/// payload + ICRC (4).
+const ROCE_4K: usize = 12 + 16 + 4096 + 4;
+/// The TCP ports of the rxe runs (one each, so that no run waits for
+/// another's TIME_WAIT).
+const TCP_PORT: u16 = 18650;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Seconds each measurement lasts, about.
+    #[arg(long, default_value_t = 2.0)]
+    duration: f64,
+    /// A quick run (0.2 s each): the table's shape, not good numbers.
+    #[arg(long)]
+    quick: bool,
+}
+
+pub fn run(args: &Args) -> Result<ExitCode> {
+    let secs = if args.quick {
+        0.2
+    } else {
+        args.duration.clamp(0.05, 60.0)
+    };
+    let d = Duration::from_secs_f64(secs);
+    let exe = std::env::current_exe().context("cannot find this executable")?;
+    // Each rxe run: its iterations for about `secs` at the rates this
+    // machine gave (issue #14), at least perftest's minimum of 5.
+    let iters = |per_sec: f64| ((per_sec * secs) as u64).max(5).to_string();
+    let limit = Duration::from_secs_f64(30.0 + 10.0 * secs);
+    let port = std::cell::Cell::new(TCP_PORT);
+    let perf = |args: &[&str]| {
+        port.set(port.get() + 1);
+        let a: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        eprintln!("rxe bench: rxe perf {}", a.join(" "));
+        perf_run::run(&exe, &a, port.get(), limit)
+    };
+
+    eprintln!("rxe bench: raw UDP, {secs} s each");
+    let gso = raw::gso_gro(RAW_A, RAW_B, ROCE_4K, d)?;
+    let mmsg = raw::mmsg(RAW_A, RAW_B, ROCE_4K, d)?;
+    // 64 bytes of payload as rxe sends them: BTH + RETH + 64 + ICRC.
+    let small = raw::mmsg(RAW_A, RAW_B, 12 + 16 + 64 + 4, d)?;
+    let pp = raw::ping_pong(RAW_A, RAW_B, d)?;
+    for s in [&gso, &mmsg, &small] {
+        if s.bad > 0 {
+            eprintln!("rxe bench: {} raw datagrams had a bad CRC", s.bad);
+        }
+    }
+
+    let mib = 1u64 << 20;
+    let big = |test: &str| -> Result<(f64, Cpu)> {
+        let n = iters(700.0);
+        let r = perf(&[test, "-s", "1048576", "-n", &n, "--report_gbits"])?;
+        let bytes = r.col(1)? * mib as f64;
+        // READ moves data from the server to the client.
+        let (tx, rx) = if test == "read" {
+            (r.server_cpu, r.client_cpu)
+        } else {
+            (r.client_cpu, r.server_cpu)
+        };
+        Ok((r.col(3)?, Cpu::per_gb(tx, rx, bytes)))
+    };
+    let raw_gso_cpu = Cpu::per_gb(gso.tx_cpu, gso.rx_cpu, gso.bytes as f64);
+    let raw_mmsg_cpu = Cpu::per_gb(mmsg.tx_cpu, mmsg.rx_cpu, mmsg.bytes as f64);
+    let mut rows = Vec::new();
+    let (write, write_cpu) = big("write")?;
+    rows.push(Row::new(
+        "RC WRITE 1 MiB, 1 QP [Gb/s]",
+        write,
+        gso.gbits(),
+        ">= 0.5",
+        write_cpu,
+        raw_gso_cpu,
+        "GSO+GRO 4128 B + CRC32",
+    ));
+    rows.push(Row::new(
+        "RC WRITE 1 MiB, 1 QP [Gb/s]",
+        write,
+        mmsg.gbits(),
+        "",
+        write_cpu,
+        raw_mmsg_cpu,
+        "sendmmsg/recvmmsg 4128 B + CRC32",
+    ));
+    let (read, read_cpu) = big("read")?;
+    rows.push(Row::new(
+        "RC READ 1 MiB, 1 QP [Gb/s]",
+        read,
+        gso.gbits(),
+        ">= 0.5",
+        read_cpu,
+        raw_gso_cpu,
+        "GSO+GRO 4128 B + CRC32",
+    ));
+    let (send, send_cpu) = big("send")?;
+    rows.push(Row::new(
+        "RC SEND 1 MiB, 1 QP [Gb/s]",
+        send,
+        gso.gbits(),
+        ">= 0.5",
+        send_cpu,
+        raw_gso_cpu,
+        "GSO+GRO 4128 B + CRC32",
+    ));
+
+    let n = iters(200_000.0);
+    let r = perf(&["write", "-s", "64", "-n", &n])?;
+    let msgs = r.col(1)?;
+    let rate = r.col(4)?; // Mpps
+    rows.push(Row::new(
+        "RC WRITE 64 B pipelined [M msg/s]",
+        rate,
+        small.msg_rate() / 1e6,
+        ">= 2 M/s",
+        Cpu::per_gb(r.client_cpu, r.server_cpu, msgs * 64.0),
+        Cpu::per_gb(small.tx_cpu, small.rx_cpu, small.msgs as f64 * 64.0),
+        "sendmmsg/recvmmsg 96 B + CRC32",
+    ));
+
+    let n = iters(25_000.0);
+    let r = perf(&["write", "--lat", "-n", &n])?;
+    // perftest reports half the round trip; the median ("typical").
+    let rtt = 2.0 * r.col(4)?;
+    let rts = r.col(1)?;
+    rows.push(Row::new(
+        "RC WRITE 2 B round trip [us]",
+        rtt,
+        pp.rtt.as_secs_f64() * 1e6,
+        "<= 2",
+        Cpu::per_round_trip(r.client_cpu, r.server_cpu, rts),
+        Cpu::per_round_trip(pp.cpu_a, pp.cpu_b, pp.round_trips as f64),
+        "busy-poll ping-pong 8 B",
+    ));
+    print!("{}", table::render(&rows, secs));
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,99 @@
+//! `rxe bench --quick`: the table's shape (not its numbers, which depend
+//! on the machine): every figure present once per baseline, every number
+//! a finite positive number, the ratio rxe / raw, each side's CPU.
+//! Addresses 127.0.0.150 to .153, TCP ports 18651 up: `rxe bench`'s own.
+
+mod support;
+
+use std::time::Duration;
+
+const FIGURES: [&str; 6] = [
+    "RC WRITE 1 MiB, 1 QP [Gb/s]",
+    "RC WRITE 1 MiB, 1 QP [Gb/s]",
+    "RC READ 1 MiB, 1 QP [Gb/s]",
+    "RC SEND 1 MiB, 1 QP [Gb/s]",
+    "RC WRITE 64 B pipelined [M msg/s]",
+    "RC WRITE 2 B round trip [us]",
+];
+
+fn number(cell: &str, what: &str) -> f64 {
+    let v: f64 = cell
+        .parse()
+        .unwrap_or_else(|_| panic!("{what}: {cell:?} is not a number"));
+    assert!(v.is_finite() && v > 0.0, "{what}: {v}");
+    v
+}
+
+/// Half the last printed digit of a number.
+fn half_step(cell: &str) -> f64 {
+    let decimals = cell.split_once('.').map_or(0, |(_, d)| d.len());
+    0.5 * 10f64.powi(-(decimals as i32))
+}
+
+/// "a / b s/GB" or "a / b us/rt": both sides' CPU, each a number.
+fn cpu(cell: &str, what: &str) {
+    let (nums, unit) = cell
+        .rsplit_once(' ')
+        .unwrap_or_else(|| panic!("{what}: {cell:?}"));
+    assert!(unit == "s/GB" || unit == "us/rt", "{what}: unit {unit:?}");
+    let (a, b) = nums
+        .split_once(" / ")
+        .unwrap_or_else(|| panic!("{what}: {cell:?}"));
+    for v in [a, b] {
+        let v: f64 = v.parse().unwrap_or_else(|_| panic!("{what}: {cell:?}"));
+        assert!(v.is_finite() && v >= 0.0, "{what}: {cell:?}");
+    }
+}
+
+#[test]
+fn bench_quick_prints_every_figure_beside_its_baseline() {
+    let out = support::run(&["bench", "--quick"], Duration::from_secs(240));
+    assert!(out.ok(), "rxe bench failed: {}\n{}", out.stderr, out.text());
+    let rows: Vec<Vec<String>> = out
+        .stdout
+        .iter()
+        .filter(|l| l.starts_with('|'))
+        .map(|l| {
+            l.trim_matches('|')
+                .split(" | ")
+                .map(|c| c.trim().to_string())
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        rows[0],
+        [
+            "figure",
+            "rxe",
+            "raw UDP",
+            "rxe/raw",
+            "goal",
+            "rxe CPU (tx / rx)",
+            "raw CPU (tx / rx)",
+            "raw UDP baseline"
+        ]
+    );
+    let body = &rows[2..];
+    assert_eq!(body.len(), FIGURES.len(), "{}", out.text());
+    for (row, figure) in body.iter().zip(FIGURES) {
+        assert_eq!(row.len(), 8, "{row:?}");
+        assert_eq!(row[0], figure);
+        let rxe = number(&row[1], figure);
+        let raw = number(&row[2], figure);
+        let ratio = number(&row[3], figure);
+        // Each cell is rounded: the ratio of the unrounded values lies
+        // between the ratios of the cells' bounds (and is printed to 0.01).
+        let (hr, hw) = (half_step(&row[1]), half_step(&row[2]));
+        let lo = (rxe - hr) / (raw + hw) - 0.005;
+        let hi = (rxe + hr) / (raw - hw).max(f64::MIN_POSITIVE) + 0.005;
+        assert!(
+            (lo..=hi).contains(&ratio),
+            "{figure}: {ratio} is not {rxe} / {raw}"
+        );
+        cpu(&row[5], figure);
+        cpu(&row[6], figure);
+        assert!(!row[7].is_empty());
+    }
+    // Two baselines for WRITE 1 MiB: GSO+GRO and sendmmsg.
+    assert!(body[0][7].contains("GSO") && body[1][7].contains("sendmmsg"));
+}
