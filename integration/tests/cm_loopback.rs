@@ -340,3 +340,39 @@ fn qp1_counts_mads_of_other_classes() {
         srv.dev.counters()
     );
 }
+
+/// `RDMA_OPTION_ID_ACK_TIMEOUT` (perftest sets it on both sides): the
+/// QP's Local ACK Timeout is the ID's, not what the REQ and REP settle.
+#[test]
+fn the_ack_timeout_option_sets_the_qps_timeout() {
+    let srv = cm_node("127.0.140.30");
+    let cli = cm_node("127.0.140.31");
+    let (lch, _listener) = listen(&srv, "127.0.140.30:7010");
+    let ch = EventChannel::new();
+    let id = CmId::new(&ch, PortSpace::Tcp).expect("id");
+    id.set_ack_timeout(21);
+    id.resolve_addr(
+        Some(addr("127.0.140.31:0")),
+        addr("127.0.140.30:7010"),
+        WAIT,
+    )
+    .expect("resolve_addr");
+    assert!(matches!(next(&ch), RdmaCmEvent::AddrResolved { .. }));
+    id.resolve_route(WAIT).expect("resolve_route");
+    assert!(matches!(next(&ch), RdmaCmEvent::RouteResolved { .. }));
+    let qp = id.create_qp(&cli.pd, &rc_attr(&cli)).expect("create_qp");
+    id.connect(&ConnParam::default()).expect("connect");
+    let RdmaCmEvent::ConnectRequest { id: child, .. } = next(&lch) else {
+        panic!("expected a ConnectRequest");
+    };
+    child.set_ack_timeout(9);
+    let sqp = child.create_qp(&srv.pd, &rc_attr(&srv)).expect("create_qp");
+    child.accept(&ConnParam::default()).expect("accept");
+    assert!(matches!(next(&ch), RdmaCmEvent::Established { .. }));
+    assert!(matches!(next(&lch), RdmaCmEvent::Established { .. }));
+    assert_eq!(qp.query().expect("query").attr.timeout, Some(21));
+    assert_eq!(sqp.query().expect("query").attr.timeout, Some(9));
+    // rdma_init_qp_attr's answer says the same.
+    assert_eq!(id.qp_attrs().expect("attrs").timeout, 21);
+    assert_eq!(child.qp_attrs().expect("attrs").timeout, 9);
+}

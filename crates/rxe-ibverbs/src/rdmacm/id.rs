@@ -606,17 +606,25 @@ export! {"RDMACM_1.0" fn rdma_set_option(id: *mut rdma_cm_id, level: c_int, optn
             c.refresh();
             0
         }
+        (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT) if optlen == 1 => {
+            // SAFETY: one byte, as the length says.
+            c.inner.set_ack_timeout(unsafe { *optval.cast::<u8>() });
+            0
+        }
         // Port reuse and address-family binding: the ID's port is its
         // ServiceID, and a wildcard listener hears both families; there is
         // nothing to change, but the value must be an int.
         (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR | RDMA_OPTION_ID_AFONLY)
             if optlen == std::mem::size_of::<c_int>() => 0,
-        (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS | RDMA_OPTION_ID_REUSEADDR | RDMA_OPTION_ID_AFONLY) => {
+        (
+            RDMA_OPTION_ID,
+            RDMA_OPTION_ID_TOS
+            | RDMA_OPTION_ID_REUSEADDR
+            | RDMA_OPTION_ID_AFONLY
+            | RDMA_OPTION_ID_ACK_TIMEOUT,
+        ) => {
             fail(libc::EINVAL)
         }
-        // The QP's local ACK timeout comes from the CM's packet lifetime
-        // and ACK delay; a per-ID value is not kept.
-        (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT) => fail(libc::EOPNOTSUPP),
         // IB path records: RoCEv2 resolves none.
         (RDMA_OPTION_IB, RDMA_OPTION_IB_PATH) => fail(libc::EOPNOTSUPP),
         _ => fail(libc::ENOSYS),

@@ -341,7 +341,7 @@ impl CmAgent {
                         // librdmacm's rdma_connect with a QP: RTR and RTS
                         // with what the REP settled, then the RTU.
                         let r = self.with(|st, now| {
-                            let attrs = st.ep.qp_attrs(id)?;
+                            let attrs = cm_id.adjust(st.ep.qp_attrs(id)?);
                             match super::id::bring_up(&self.dev, &qp, &attrs) {
                                 Ok(()) => st.ep.send_rtu(id, &[]).map_err(Into::into),
                                 Err(e) => {

@@ -81,6 +81,9 @@ pub(crate) struct IdState {
     listen_agents: Vec<Arc<CmAgent>>,
     /// The ToS (`RDMA_OPTION_ID_TOS`): the path's traffic class.
     tos: Option<u8>,
+    /// `RDMA_OPTION_ID_ACK_TIMEOUT`: the QP's Local ACK Timeout, instead
+    /// of the one the REQ and REP settle.
+    ack_timeout: Option<u8>,
     /// The peer's private data of the REQ or REP, for the Established event.
     peer_private_data: Vec<u8>,
 }
@@ -247,9 +250,9 @@ impl CmId {
         private_data: &[u8],
     ) -> CmId {
         let dev = agent.dev.clone();
-        let (src, tos) = {
+        let (src, tos, ack_timeout) = {
             let st = self.lock();
-            (st.src, st.tos)
+            (st.src, st.tos, st.ack_timeout)
         };
         let hdr = IpCmHeader::parse(private_data).ok();
         let dst = hdr.map(|h| SocketAddr::new(h.src, h.src_port));
@@ -264,6 +267,7 @@ impl CmId {
             st: Mutex::new(IdState {
                 agent: Some(agent),
                 tos,
+                ack_timeout,
                 sgid_index,
                 src,
                 dst,
@@ -329,6 +333,21 @@ impl CmId {
         if let Some(r) = &mut st.route {
             r.traffic_class = tos;
         }
+    }
+
+    /// `RDMA_OPTION_ID_ACK_TIMEOUT`: the Local ACK Timeout exponent
+    /// (4.096 µs × 2^timeout, 5 bits) the ID's QP gets at RTS, whatever
+    /// the CM messages settle, as the kernel's rdma_cm does.
+    pub fn set_ack_timeout(&self, timeout: u8) {
+        self.lock().ack_timeout = Some(timeout.min(31));
+    }
+
+    /// The CM's attributes with the ID's own options applied.
+    pub(crate) fn adjust(&self, mut a: QpAttrs) -> QpAttrs {
+        if let Some(t) = self.lock().ack_timeout {
+            a.timeout = t;
+        }
+        a
     }
 
     /// The path `resolve_route` found, or an accepted connection's.
@@ -644,7 +663,7 @@ impl CmId {
                 // The consumer brings its QP up itself (rdma_init_qp_attr).
                 return Ok(());
             };
-            let attrs = st.ep.qp_attrs(comm)?;
+            let attrs = self.adjust(st.ep.qp_attrs(comm)?);
             // The REP is queued, not sent: the QP is ready before the
             // peer can send to it.
             if let Err(e) = bring_up(&dev, qp, &attrs) {
@@ -687,7 +706,7 @@ impl CmId {
     /// a consumer that brings its own QP up.
     pub fn qp_attrs(&self) -> Result<QpAttrs> {
         let (agent, comm) = self.conn()?;
-        Ok(agent.with(|st, _| st.ep.qp_attrs(comm))?)
+        Ok(self.adjust(agent.with(|st, _| st.ep.qp_attrs(comm))?))
     }
 
     /// `rdma_disconnect`: the QP goes to Error (its work flushes) and a
