@@ -29,4 +29,4 @@ bash scripts/setup.sh
 
 # rxe, and the drop-in libraries `rxe exec` finds next to it.
 cargo build -q --bin rxe -p rxe-cli -p rxe-ibverbs -p rxe-stub-mlx5 -p rxe-stub-efa
-RXE_PEER_DIR="$PEER" cargo test -p rxe-integration --test interop_pingpong --test interop_perf --test interop_ibverbs -- --ignored --test-threads=1
+RXE_PEER_DIR="$PEER" cargo test -p rxe-integration --test interop_pingpong --test interop_perf --test interop_ibverbs --test interop_rdmacm -- --ignored --test-threads=1
