@@ -29,7 +29,7 @@ export RXE_SOAK_SECS=$duration RXE_SOAK_CYCLES=$cycles RXE_SOAK_LOSS=$loss \
 # One test at a time (the RSS is the whole process's).
 set +e
 cargo test --release -p rxe-integration --test soak -- --ignored --nocapture \
-    --test-threads=1 2>&1 | grep --line-buffered -E '^soak:|panicked|assert|test result|^error'
+    --test-threads=1 2>&1 | grep --line-buffered -E 'soak:|panicked|assert|test result|^error'
 status=${PIPESTATUS[0]}
 [ "$status" -eq 0 ] && echo "soak: passed" || echo "soak: FAILED (exit status $status)"
 exit "$status"
