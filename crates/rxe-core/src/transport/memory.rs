@@ -704,6 +704,53 @@ mod tests {
             MemError::Misaligned { va: 4 }.nak_code(),
             NakCode::InvalidRequest
         );
+        assert_eq!(
+            MemError::NotInvalidatable { key: k }.nak_code(),
+            NakCode::InvalidRequest
+        );
+    }
+
+    #[test]
+    fn remote_invalidation_rule() {
+        let mut m = VecMemory::new();
+        let fast = m.register_invalidatable(PD, BASE, LEN, ALL).unwrap();
+        let plain = m.register(PD, BASE, LEN, ALL).unwrap();
+        let local = m.register_invalidatable(PD, BASE, LEN, LW).unwrap();
+        let info = |m: &VecMemory, k| *m.info(k).unwrap();
+        assert_eq!(validate_invalidate(&info(&m, fast), fast, PD), Ok(()));
+        assert_eq!(
+            validate_invalidate(&info(&m, plain), plain, PD),
+            Err(MemError::NotInvalidatable { key: plain })
+        );
+        assert_eq!(
+            validate_invalidate(&info(&m, fast), fast, PD + 1),
+            Err(MemError::PdMismatch)
+        );
+        assert_eq!(
+            validate_invalidate(&info(&m, fast), fast.inc(), PD),
+            Err(MemError::KeyMismatch { key: fast.inc() })
+        );
+        // No remote right, no R_Key to name it by.
+        assert_eq!(
+            validate_invalidate(&info(&m, local), local, PD),
+            Err(MemError::InvalidKey { key: local })
+        );
+        // Through the table: invalidated once, then no key works.
+        assert_eq!(
+            m.invalidate(plain, PD),
+            Err(MemError::NotInvalidatable { key: plain })
+        );
+        assert_eq!(m.invalidate(fast, PD), Ok(()));
+        assert_eq!(m.is_invalidated(fast), Ok(true));
+        assert_eq!(
+            m.check(fast, PD, true, RW, BASE, 1),
+            Err(MemError::InvalidKey { key: fast })
+        );
+        assert_eq!(
+            m.invalidate(fast, PD),
+            Err(MemError::InvalidKey { key: fast })
+        );
+        assert_eq!(m.is_invalidated(plain), Ok(false));
     }
 
     #[test]
