@@ -91,6 +91,14 @@ impl MemoryAccess for Guarded {
         }
         self.inner.write(region, offset, src)
     }
+
+    fn invalidate(&mut self, rkey: Key, pd: u32) -> Result<(), MemError> {
+        // Every region of the harness is an ordinary one (ibv_reg_mr): no
+        // SEND with Invalidate may ever invalidate it.
+        let r = self.inner.invalidate(rkey, pd);
+        assert!(r.is_err(), "a peer invalidated an ordinary region {rkey}");
+        r
+    }
 }
 
 /// The harness: an endpoint, its memory, the regions and QPs.

@@ -1330,53 +1330,78 @@ fn rkey_of_a_deregistered_region() {
     assert_eq!(new.to_vec().unwrap(), vec![2; 4096]);
 }
 
-/// SEND with Invalidate (IBTA 10.6.5, not checked against the text) may
-/// only reach a region of the QP's own PD: the R_Key of another PD's region
-/// or a stale R_Key invalidates nothing, and the SEND itself is delivered.
-#[test]
-fn send_with_invalidate_stays_in_its_pd() {
-    let mut l = Lab::new(48);
-    let pd2 = l.v.dev.alloc_pd().unwrap();
-    let other = pd2.reg_mr(vec![0x5a; 4096], all_access()).unwrap();
-    let gone = l.v.pd.reg_mr(vec![1; 4096], all_access()).unwrap();
-    let stale = gone.rkey();
-    gone.dereg().unwrap();
-    let reused = l.v.pd.reg_mr(vec![2; 4096], all_access()).unwrap();
-    for (i, rkey) in [other.rkey(), stale].into_iter().enumerate() {
-        let wr = l.post_recv();
-        let psn = RQ_PSN + i as u32;
-        l.peer
-            .send(Packet::send_inv(l.qpn(), psn, rkey, b"inv"), Icrc::Seal);
-        l.msn += 1;
-        assert_eq!(l.next_ack(), (psn, Syndrome::ACK_CREDITS_INVALID));
+/// SEND with Invalidate (IBTA 10.6.7 / 9.4.5 area, not checked against the
+/// text) may only invalidate a region of the QP's own PD, named by its
+/// current R_Key, that was made to be invalidated remotely: kernel rxe
+/// refuses every MR that was not fast-registered, so an `ibv_reg_mr` region
+/// cannot be revoked by a peer. A refused invalidation completes the
+/// receive with REM_INV_REQ_ERR, is answered NAK Invalid Request, moves the
+/// QP to ERR, and invalidates nothing.
+fn refused_invalidation(n: u8, key: impl FnOnce(&mut Lab) -> u32) -> Lab {
+    let mut l = Lab::new(n);
+    let rkey = key(&mut l);
+    let wr = l.post_recv();
+    let p = Packet::send_inv(l.qpn(), RQ_PSN, rkey, b"inv");
+    l.fatal_nak_after(p, RQ_PSN, NakCode::InvalidRequest, |l| {
+        // The payload reached the receive buffer before the IETH was acted
+        // on (kernel rxe's order too).
+        l.expect[..3].copy_from_slice(b"inv");
         let wc = l.v.wait(1);
         assert_eq!(
-            (wc[0].wr_id, wc[0].status),
-            (l.take_recv(), WcStatus::Success)
+            (wc[0].wr_id, wc[0].status, wc[0].invalidated_rkey),
+            (l.take_recv(), WcStatus::RemInvReqErr, None),
+            "{wc:?}"
         );
         assert_eq!(wc[0].wr_id, wr);
-        l.expect[..3].copy_from_slice(b"inv");
-    }
-    assert!(
-        !other.is_invalidated(),
-        "another PD's region was invalidated"
-    );
+    });
+    assert!(!l.v.mr.is_invalidated());
+    l
+}
+
+#[test]
+fn send_with_invalidate_of_an_ordinary_region_is_refused() {
+    // The victim's own region, same PD, current R_Key: only its kind
+    // (ibv_reg_mr) forbids the invalidation.
+    refused_invalidation(48, |l| l.v.mr.rkey());
+}
+
+#[test]
+fn send_with_invalidate_of_another_pds_region_is_refused() {
+    let mut other = None;
+    // The lab (and its device) must outlive the checks of the region.
+    let _lab = refused_invalidation(54, |l| {
+        let pd2 = l.v.dev.alloc_pd().unwrap();
+        let mr = pd2.reg_mr(vec![0x5a; 4096], all_access()).unwrap();
+        let rkey = mr.rkey();
+        other = Some((pd2, mr));
+        rkey
+    });
+    let (_pd2, mr) = other.unwrap();
+    assert!(!mr.is_invalidated(), "another PD's region was invalidated");
+    assert_eq!(mr.to_vec().unwrap(), vec![0x5a; 4096]);
+}
+
+#[test]
+fn send_with_invalidate_of_a_stale_rkey_is_refused() {
+    let mut reused = None;
+    let _lab = refused_invalidation(55, |l| {
+        let gone = l.v.pd.reg_mr(vec![1; 4096], all_access()).unwrap();
+        let stale = gone.rkey();
+        gone.dereg().unwrap();
+        reused = Some(l.v.pd.reg_mr(vec![2; 4096], all_access()).unwrap());
+        stale
+    });
+    let reused = reused.unwrap();
     assert!(
         !reused.is_invalidated(),
         "a stale R_Key invalidated the new region"
     );
-    assert!(!l.v.mr.is_invalidated());
-    // The reused region still answers its own R_Key.
-    l.peer.send(
-        Packet::write_only(l.qpn(), RQ_PSN + 2, reused.addr(), reused.rkey(), b"okay"),
-        Icrc::Seal,
-    );
-    l.msn += 1;
-    assert_eq!(l.next_ack(), (RQ_PSN + 2, Syndrome::ACK_CREDITS_INVALID));
-    let mut got = [0u8; 4];
-    reused.read(0, &mut got).unwrap();
-    assert_eq!(&got, b"okay");
-    l.check_mem();
+    assert_eq!(reused.to_vec().unwrap(), vec![2; 4096]);
+}
+
+#[test]
+fn send_with_invalidate_of_no_region_is_refused() {
+    refused_invalidation(56, |_| 0x00ab_cd00);
 }
 
 /// IBTA 10.3.1: a QP in ERR receives nothing; requests are dropped

@@ -4,10 +4,12 @@
 //!
 //! Device A (127.0.0.1) holds the requesting QPs, device B (127.0.0.2) the
 //! responding ones and the memory that A reads, writes and updates. A's
-//! UDP port records every packet it sends and receives to a pcap file per
-//! step; after each step the file is read back and dissected, and the
-//! memory and completions are checked against what the operation should
-//! have done.
+//! UDP port records every packet it sends and receives to a pcapng file per
+//! step (its interface description names A's address); after each step the
+//! file is read back and dissected, and the memory and completions are
+//! checked against what the operation should have done. With `--pcap-dir`
+//! the captures are kept, each with its ladder diagram (`rxe ladder`) as
+//! `stepN.html` next to it.
 
 use std::io::{self, Write};
 use std::net::IpAddr;
@@ -36,8 +38,9 @@ pub struct Args {
     /// Address of device B, the responder.
     #[arg(long = "ip-b", value_name = "ADDR", default_value = "127.0.0.2")]
     ip_b: IpAddr,
-    /// Keep the per-step captures (step1.pcap, ...) in this directory
-    /// instead of a temporary one.
+    /// Keep the per-step captures (step1.pcapng, ...) in this directory
+    /// instead of a temporary one, each with its ladder diagram
+    /// (step1.html, ...).
     #[arg(long, value_name = "DIR")]
     pcap_dir: Option<PathBuf>,
 }
@@ -107,6 +110,8 @@ struct Demo<'a> {
     a: Side,
     b: Side,
     dir: &'a Path,
+    /// The captures are kept: draw each one's ladder next to it.
+    ladders: bool,
     tally: Tally,
     results: Vec<(&'static str, Result<()>)>,
     out: io::StdoutLock<'static>,
@@ -259,6 +264,7 @@ impl Demo<'_> {
             a,
             b,
             dir,
+            ladders: args.pcap_dir.is_some(),
             tally: Tally::default(),
             results: Vec::new(),
             out: io::stdout().lock(),
@@ -313,12 +319,19 @@ impl Demo<'_> {
     ) -> Result<()> {
         writeln!(self.out)?;
         writeln!(self.out, "{n}. {name}")?;
-        let path = self.dir.join(format!("step{n}.pcap"));
+        let path = self.dir.join(format!("step{n}.pcapng"));
         self.a.dev.set_capture(Some(&path))?;
         let r = f(self);
         // Stopping the capture closes (and flushes) the file.
         self.a.dev.set_capture(None)?;
-        let shown = self.show_packets(&path);
+        let shown = self.show_packets(&path).and_then(|()| {
+            if self.ladders {
+                let html = path.with_extension("html");
+                crate::ladder::write_page(&path, &html)?;
+                writeln!(self.out, "   ladder: {}", html.display())?;
+            }
+            Ok(())
+        });
         let r = match (r, shown) {
             (Ok(why), Ok(())) => {
                 writeln!(self.out, "   OK: {why}")?;

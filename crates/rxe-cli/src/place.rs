@@ -42,8 +42,10 @@ impl Place {
 /// `--pcap FILE`: the device's live capture.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct Capture {
-    /// Write every packet the device sends and receives to this pcap file
-    /// (`rxe dissect` and `rxe ladder` read it).
+    /// Write every packet the device sends and receives to this capture
+    /// file: pcapng, with the device's addresses in its interface
+    /// description, if FILE ends in .pcapng, classic pcap otherwise
+    /// (`rxe dissect` and `rxe ladder` read both).
     #[arg(long, value_name = "FILE")]
     pub pcap: Option<PathBuf>,
 }

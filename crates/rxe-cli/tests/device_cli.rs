@@ -98,6 +98,60 @@ fn demo_runs_every_operation() {
     assert!(t.contains("Counters of "), "{t}");
 }
 
+/// `--pcap-dir`: each step's capture is kept as pcapng, with its ladder
+/// diagram next to it; `rxe dissect --check` reads the captures.
+#[test]
+fn demo_keeps_pcapng_captures_and_their_ladders() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("demo-kept-{}", std::process::id()));
+    let f = run(
+        &[
+            "demo",
+            "--ip-a",
+            "127.0.107.11",
+            "--ip-b",
+            "127.0.107.12",
+            "--pcap-dir",
+            dir.to_str().unwrap(),
+        ],
+        T,
+    );
+    assert!(f.ok(), "{f:#?}");
+    for n in 1..=6 {
+        let cap = dir.join(format!("step{n}.pcapng"));
+        let bytes = std::fs::read(&cap).unwrap();
+        assert_eq!(
+            bytes[..4],
+            [0x0a, 0x0d, 0x0d, 0x0a],
+            "{} is pcapng",
+            cap.display()
+        );
+        // The interface description names A's address.
+        assert!(
+            bytes.windows(16).any(|w| w == b"rxe:127.0.107.11"),
+            "{}",
+            cap.display()
+        );
+        let html = std::fs::read_to_string(dir.join(format!("step{n}.html"))).unwrap();
+        assert!(
+            html.contains(&format!("step{n}.pcapng")),
+            "step {n}'s ladder"
+        );
+        let check = run(&["dissect", "--check", cap.to_str().unwrap()], T);
+        assert!(check.ok(), "{check:#?}");
+    }
+    assert_eq!(
+        f.stdout
+            .iter()
+            .filter(|l| l.starts_with("   ladder: "))
+            .count(),
+        6,
+        "{}",
+        f.text()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn demo_needs_two_addresses() {
     let f = run(

@@ -230,7 +230,8 @@ fn counters_at_the_end() {
 }
 
 /// `--pcap`: each side records every packet its device sends and
-/// receives; `rxe dissect --check` reads both files, every packet parses
+/// receives, the server as classic pcap, the client as pcapng (chosen by
+/// the name); `rxe dissect --check` reads both files, every packet parses
 /// and its ICRC verifies, and each side saw the other's 7 SENDs of 3
 /// packets and its own.
 #[test]
@@ -238,7 +239,7 @@ fn each_side_captures_its_packets_live() {
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
     let (sp, cp) = (
         dir.join(format!("pingpong-srv-{}.pcap", std::process::id())),
-        dir.join(format!("pingpong-cli-{}.pcap", std::process::id())),
+        dir.join(format!("pingpong-cli-{}.pcapng", std::process::id())),
     );
     let (s, c) = pair_split(
         "rc",
@@ -267,6 +268,13 @@ fn each_side_captures_its_packets_live() {
             f.stdout
         );
     }
+    let magic = |p: &std::path::Path| std::fs::read(p).unwrap()[..4].to_vec();
+    assert_eq!(
+        magic(&cp),
+        [0x0a, 0x0d, 0x0d, 0x0a],
+        "the client's is pcapng"
+    );
+    assert_ne!(magic(&sp), [0x0a, 0x0d, 0x0d, 0x0a], "the server's is pcap");
 }
 
 #[test]

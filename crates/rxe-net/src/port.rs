@@ -166,9 +166,13 @@ impl NetPort {
         self.generation.load(Ordering::Acquire)
     }
 
-    /// Starts (`Some`) or stops (`None`) writing every packet to a pcap
-    /// file; returns the tap that was set, for the caller to `finish`.
-    pub fn set_tap(&self, tap: Option<PcapTap>) -> Option<PcapTap> {
+    /// Starts (`Some`) or stops (`None`) writing every packet to a pcap or
+    /// pcapng file; returns the tap that was set, for the caller to `finish`.
+    pub fn set_tap(&self, mut tap: Option<PcapTap>) -> Option<PcapTap> {
+        if let Some(t) = &mut tap {
+            // A pcapng capture describes the port by its addresses.
+            t.set_addresses(&self.addresses());
+        }
         let mut t = lock(&self.tap);
         self.tap_on.store(tap.is_some(), Ordering::Release);
         std::mem::replace(&mut *t, tap)

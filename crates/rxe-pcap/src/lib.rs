@@ -7,7 +7,8 @@
 //! link types and timestamp resolutions) and yields every packet as a [`Frame`]. The format is
 //! chosen by the file's magic number, not its name. Blocks that carry no packet (name
 //! resolution, interface statistics, decryption secrets, custom blocks) are skipped.
-//! [`PcapWriter`] writes classic pcap, which every tool reads.
+//! [`PcapWriter`] writes classic pcap, which every tool reads; [`PcapngWriter`] writes
+//! pcapng with a description of each interface (name, addresses) and nanosecond timestamps.
 //!
 //! Frames are not decoded here: rxe-core does that.
 //!
@@ -21,7 +22,8 @@
 //! in `pcapng` the obsolete Packet Block, `if_tsoffset` in a big-endian section,
 //! timestamps at any `if_tsresol`, an Enhanced Packet Block whose captured length runs
 //! past its block, and the snaplen of a Simple Packet Block. The writer writes its 24-byte
-//! header and 16-byte records itself (`writer`).
+//! header and 16-byte records itself (`writer`), and so does the pcapng writer its blocks
+//! (`pcapng_writer`).
 //!
 //! A record or block is held whole in memory, up to 64 MiB. Truncated and corrupted input
 //! gives an error, never a panic (tested on every cut of a file, and on corrupted copies).
@@ -30,12 +32,14 @@
 
 mod error;
 mod pcapng;
+mod pcapng_writer;
 mod reader;
 #[cfg(test)]
 mod test_files;
 mod writer;
 
 pub use error::CaptureError;
+pub use pcapng_writer::{Interface, PcapngWriter};
 pub use reader::{CaptureFormat, CaptureReader, Frame};
 pub use writer::{PcapWriter, PCAP_SNAPLEN};
 

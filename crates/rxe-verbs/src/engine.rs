@@ -7,7 +7,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 
 use rxe_core::transport::{
-    AsyncEvent as CoreEvent, Endpoint, Instant, Key, RecvMeta, Transmit, WorkCompletion, WorkQueue,
+    AsyncEvent as CoreEvent, Endpoint, Instant, RecvMeta, Transmit, WorkCompletion, WorkQueue,
 };
 
 use crate::cq::CqShared;
@@ -19,7 +19,6 @@ use crate::mr_table::MrTable;
 pub(crate) struct QpRoute {
     pub send_cq: Arc<CqShared>,
     pub recv_cq: Arc<CqShared>,
-    pub pd: u32,
 }
 
 /// Object counts, for the device limits.
@@ -93,14 +92,6 @@ impl DeviceEngine {
             // The QP was destroyed: its work is gone, as ibv_destroy_qp says.
             return;
         };
-        // SEND with Invalidate: the region stops answering before the
-        // application can see the completion (IBTA 10.6.5, not checked
-        // against the text).
-        if let (WorkQueue::Recv, Some(rkey)) = (wc.queue, wc.invalidated_rkey) {
-            if !self.mem.invalidate(Key::new(rkey), route.pd) {
-                tracing::debug!(rkey, "SEND with Invalidate named no region of the QP's PD");
-            }
-        }
         let cq = match wc.queue {
             WorkQueue::Send => route.send_cq.clone(),
             WorkQueue::Recv => route.recv_cq.clone(),

@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
 use rxe_core::transport::{
-    atomic_by_copy, validate, AccessFlags, AtomicOp, Key, KeyTable, MemError, MemoryAccess, Region,
-    RegionInfo,
+    atomic_by_copy, validate, validate_invalidate, AccessFlags, AtomicOp, Key, KeyTable, MemError,
+    MemoryAccess, Region, RegionInfo,
 };
 
 use crate::shared_buffer::RegionBytes;
@@ -49,6 +49,22 @@ impl MrTable {
         access: AccessFlags,
         buf: Arc<dyn RegionBytes>,
     ) -> Result<Arc<MrShared>, MemError> {
+        // ibv_reg_mr regions: kernel rxe lets a peer invalidate only
+        // fast-registered ones, which rxe has not yet.
+        self.register_as(pd, va, access, buf, false)
+    }
+
+    /// Registers `buf` as [`MrTable::register`] does; `remote_invalidate`
+    /// says whether a SEND with Invalidate may invalidate it (a
+    /// fast-registered region's property).
+    pub fn register_as(
+        &mut self,
+        pd: u32,
+        va: u64,
+        access: AccessFlags,
+        buf: Arc<dyn RegionBytes>,
+        remote_invalidate: bool,
+    ) -> Result<Arc<MrShared>, MemError> {
         // The region must not wrap the 64-bit address space.
         va.checked_add(buf.len() as u64).ok_or(MemError::Overflow)?;
         let key = self.regions.insert_with(|key| {
@@ -59,6 +75,7 @@ impl MrTable {
                     va,
                     len: buf.len(),
                     access,
+                    remote_invalidate,
                 },
                 buf,
                 valid: AtomicBool::new(true),
@@ -78,27 +95,28 @@ impl MrTable {
         self.regions.remove(key)
     }
 
-    /// SEND with Invalidate (IBTA 10.6.5, not checked against the text):
-    /// the region that `rkey` names, if it belongs to `pd` and has an R_Key,
-    /// stops answering to any key, locally or remotely, until its owner
-    /// deregisters it (kernel rxe moves the MR to its "free" state the same
-    /// way). Returns whether a region was invalidated.
-    pub fn invalidate(&mut self, rkey: Key, pd: u32) -> bool {
-        match self.get(rkey) {
-            Some(mr) if mr.info.pd == pd && mr.info.has_rkey() => {
-                mr.valid.store(false, Relaxed);
-                true
-            }
-            _ => false,
-        }
-    }
-
     fn region(&self, key: Key) -> Result<&Arc<MrShared>, MemError> {
         self.get(key).ok_or(MemError::InvalidKey { key })
     }
 }
 
 impl MemoryAccess for MrTable {
+    /// SEND with Invalidate: the region that `rkey` names, if
+    /// [`validate_invalidate`] allows it, stops answering to any key,
+    /// locally or remotely, until its owner deregisters it (kernel rxe moves
+    /// the MR to its "free" state the same way). The responder calls this
+    /// before it makes the receive completion.
+    fn invalidate(&mut self, rkey: Key, pd: u32) -> Result<(), MemError> {
+        let (_, mr) = self
+            .regions
+            .by_index(rkey)
+            .filter(|(_, mr)| mr.valid.load(Relaxed))
+            .ok_or(MemError::InvalidKey { key: rkey })?;
+        validate_invalidate(&mr.info, rkey, pd)?;
+        mr.valid.store(false, Relaxed);
+        Ok(())
+    }
+
     fn check(
         &self,
         key: Key,
@@ -279,13 +297,36 @@ mod tests {
             t.atomic(k, 1, 0x8021, AtomicOp::FetchAdd { add: 1 }),
             Err(MemError::Misaligned { .. })
         ));
-        // Invalidation needs the same PD, then no key works.
-        assert!(!t.invalidate(k, 2));
-        assert!(t.invalidate(k, 1));
+        // An ordinary region cannot be invalidated remotely.
+        assert_eq!(
+            t.invalidate(k, 1),
+            Err(MemError::NotInvalidatable { key: k })
+        );
+        assert!(t
+            .check(k, 1, false, AccessFlags::empty(), 0x8000, 1)
+            .is_ok());
+    }
+
+    #[test]
+    fn invalidation_of_a_region_made_for_it() {
+        let mut t = MrTable::default();
+        let m = t
+            .register_as(1, 0x8000, all(), Arc::new(SharedBuffer::zeroed(64)), true)
+            .unwrap();
+        let k = m.info.key;
+        // The same PD and the current key portion, then no key works.
+        assert_eq!(t.invalidate(k, 2), Err(MemError::PdMismatch));
+        assert_eq!(
+            t.invalidate(k.inc(), 1),
+            Err(MemError::KeyMismatch { key: k.inc() })
+        );
+        assert_eq!(t.invalidate(k, 1), Ok(()));
+        assert!(!m.valid.load(Relaxed));
         assert!(matches!(
             t.check(k, 1, false, AccessFlags::empty(), 0x8000, 1),
             Err(MemError::InvalidKey { .. })
         ));
+        assert!(t.invalidate(k, 1).is_err(), "invalidated once");
     }
 
     #[test]
@@ -325,7 +366,7 @@ mod tests {
             Err(MemError::InvalidKey { .. })
         ));
         assert!(
-            !t.invalidate(m.info.key, 1),
+            t.invalidate(m.info.key, 1).is_err(),
             "nothing to invalidate remotely"
         );
     }

@@ -146,7 +146,6 @@ impl Pd {
             QpRoute {
                 send_cq: init.send_cq.shared.clone(),
                 recv_cq: init.recv_cq.shared.clone(),
-                pd: self.shared.id,
             },
         );
         self.shared.users.fetch_add(1, Ordering::AcqRel);

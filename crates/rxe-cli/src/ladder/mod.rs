@@ -73,19 +73,26 @@ pub fn load(path: &std::path::Path) -> Result<Loaded> {
     Ok(out)
 }
 
-pub fn run(args: &Args) -> Result<ExitCode> {
-    let loaded = load(&args.file)?;
+/// Draws the capture `file` as the page `out`; returns the model the page
+/// shows (for a summary line).
+pub fn write_page(file: &std::path::Path, out: &std::path::Path) -> Result<analyze::Model> {
+    let loaded = load(file)?;
     let model = analyze::analyze(&loaded.pkts);
+    let name = file.file_name().map_or_else(
+        || file.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let html = render::page(&name, &model, loaded);
+    std::fs::write(out, html).with_context(|| format!("writing {}", out.display()))?;
+    Ok(model)
+}
+
+pub fn run(args: &Args) -> Result<ExitCode> {
     let out = args
         .output
         .clone()
         .unwrap_or_else(|| args.file.with_extension("html"));
-    let name = args.file.file_name().map_or_else(
-        || args.file.display().to_string(),
-        |n| n.to_string_lossy().into_owned(),
-    );
-    let html = render::page(&name, &model, loaded);
-    std::fs::write(&out, html).with_context(|| format!("writing {}", out.display()))?;
+    let model = write_page(&args.file, &out)?;
     println!(
         "{}: {} RoCE packets, {} lanes, {} retransmissions, {} NAKs -> {}",
         args.file.display(),

@@ -42,6 +42,14 @@
 //! - Key, PD, access-right and bounds violations are answered with NAK
 //!   Remote Access Error (IBTA 9.7.5.2.x; the kernel rxe maps all of them to
 //!   its R_Key violation state, which sends `AETH_NAK_REM_ACC_ERR`).
+//! - SEND with Invalidate ([`MemoryAccess::invalidate`], rule in
+//!   [`validate_invalidate`]) may only invalidate a region of the QP's own
+//!   PD, named by its current R_Key, that was made to be invalidated
+//!   remotely: a fast-registered region or a memory window (IBTA 10.6.7 and
+//!   9.4.5 area, not checked against the text). Kernel rxe refuses to
+//!   invalidate an MR that is not of the fast-registration type
+//!   (`IB_MR_TYPE_MEM_REG`), so an `ibv_reg_mr` region can never be revoked
+//!   by a peer; [`RegionInfo::remote_invalidate`] carries that type here.
 
 use core::ops::Range;
 
@@ -140,13 +148,19 @@ pub enum MemError {
     /// An address or length sum overflows.
     #[error("address or length arithmetic overflows")]
     Overflow,
+    /// A SEND with Invalidate named a region that cannot be invalidated
+    /// remotely (an ordinary registered region, not a fast-registered one).
+    #[error("region {key} cannot be invalidated remotely")]
+    NotInvalidatable { key: Key },
 }
 
 impl MemError {
     /// The NAK code of the AETH that a responder sends for this error.
     pub const fn nak_code(self) -> NakCode {
         match self {
-            MemError::Misaligned { .. } => NakCode::InvalidRequest,
+            MemError::Misaligned { .. } | MemError::NotInvalidatable { .. } => {
+                NakCode::InvalidRequest
+            }
             MemError::InvalidKey { .. }
             | MemError::KeyMismatch { .. }
             | MemError::PdMismatch
@@ -166,6 +180,7 @@ impl MemError {
             MemError::OutOfBounds { .. } => "out_of_bounds",
             MemError::Misaligned { .. } => "misaligned_atomic",
             MemError::Overflow => "overflow",
+            MemError::NotInvalidatable { .. } => "not_invalidatable",
         }
     }
 }
@@ -185,6 +200,11 @@ pub struct RegionInfo {
     pub len: usize,
     /// The rights it grants.
     pub access: AccessFlags,
+    /// May a SEND with Invalidate from a peer invalidate it? Only regions
+    /// made for it: fast-registered regions (and, later, memory windows).
+    /// Kernel rxe refuses remote invalidation of every other MR; the verbs
+    /// layer has no fast registration yet, so its regions all say `false`.
+    pub remote_invalidate: bool,
 }
 
 impl RegionInfo {
@@ -307,6 +327,32 @@ pub fn validate(
     })
 }
 
+/// Checks that a SEND with Invalidate from a QP in protection domain `pd`
+/// may invalidate `info`, the region that `rkey`'s index names. The rule,
+/// for implementations of [`MemoryAccess::invalidate`]:
+///
+/// 1. `rkey` must be the region's current R_Key: same index, same key
+///    portion ([`MemError::KeyMismatch`]), and the region must have an R_Key
+///    at all ([`MemError::InvalidKey`]);
+/// 2. the region must belong to `pd` ([`MemError::PdMismatch`]);
+/// 3. the region must be one that may be invalidated remotely
+///    ([`MemError::NotInvalidatable`]).
+pub fn validate_invalidate(info: &RegionInfo, rkey: Key, pd: u32) -> Result<(), MemError> {
+    if rkey.index() != info.key.index() || !info.has_rkey() {
+        return Err(MemError::InvalidKey { key: rkey });
+    }
+    if rkey.key() != info.key.key() {
+        return Err(MemError::KeyMismatch { key: rkey });
+    }
+    if pd != info.pd {
+        return Err(MemError::PdMismatch);
+    }
+    if !info.remote_invalidate {
+        return Err(MemError::NotInvalidatable { key: rkey });
+    }
+    Ok(())
+}
+
 /// A 64-bit atomic operation (IBTA 9.4.5): compare-and-swap or fetch-and-add.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AtomicOp {
@@ -358,6 +404,12 @@ pub trait MemoryAccess {
     ///
     /// [`read`]: MemoryAccess::read
     fn write(&mut self, region: &Region, offset: usize, src: &[u8]) -> Result<(), MemError>;
+
+    /// SEND with Invalidate: invalidates the region `rkey` names for a QP
+    /// in protection domain `pd`, if [`validate_invalidate`] allows it;
+    /// afterwards no key names the region, locally or remotely, until its
+    /// owner deregisters it. An error leaves every region as it was.
+    fn invalidate(&mut self, rkey: Key, pd: u32) -> Result<(), MemError>;
 
     /// Validates the RETH of an RDMA WRITE or READ (`needed` is
     /// `REMOTE_WRITE` or `REMOTE_READ`). A zero DMA length needs no valid
@@ -415,7 +467,15 @@ pub fn atomic_by_copy<M: MemoryAccess + ?Sized>(
 /// [`MemError::KeyMismatch`].
 #[derive(Debug, Clone, Default)]
 pub struct VecMemory {
-    regions: KeyTable<(RegionInfo, Vec<u8>)>,
+    regions: KeyTable<Entry>,
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    info: RegionInfo,
+    data: Vec<u8>,
+    /// Cleared by a SEND with Invalidate: no key names the region any more.
+    valid: bool,
 }
 
 impl VecMemory {
@@ -436,7 +496,8 @@ impl VecMemory {
         self.register_bytes(pd, va, vec![0; len], access)
     }
 
-    /// Registers `data` at virtual address `va`; errors as
+    /// Registers `data` at virtual address `va` as an ordinary region
+    /// (`ibv_reg_mr`: a peer cannot invalidate it); errors as
     /// [`VecMemory::register`].
     pub fn register_bytes(
         &mut self,
@@ -444,6 +505,30 @@ impl VecMemory {
         va: u64,
         data: Vec<u8>,
         access: AccessFlags,
+    ) -> Result<Key, MemError> {
+        self.insert(pd, va, data, access, false)
+    }
+
+    /// Registers `len` zero bytes at `va` as a region that a SEND with
+    /// Invalidate may invalidate, the way a fast-registered region is;
+    /// errors as [`VecMemory::register`].
+    pub fn register_invalidatable(
+        &mut self,
+        pd: u32,
+        va: u64,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<Key, MemError> {
+        self.insert(pd, va, vec![0; len], access, true)
+    }
+
+    fn insert(
+        &mut self,
+        pd: u32,
+        va: u64,
+        data: Vec<u8>,
+        access: AccessFlags,
+        remote_invalidate: bool,
     ) -> Result<Key, MemError> {
         let len64 = u64::try_from(data.len()).map_err(|_| MemError::Overflow)?;
         va.checked_add(len64).ok_or(MemError::Overflow)?;
@@ -454,42 +539,53 @@ impl VecMemory {
                 va,
                 len: data.len(),
                 access,
+                remote_invalidate,
             };
-            (info, data)
+            Entry {
+                info,
+                data,
+                valid: true,
+            }
         })
     }
 
     /// Removes the region `key` names, returning its bytes.
     pub fn deregister(&mut self, key: Key) -> Result<Vec<u8>, MemError> {
         self.entry(key)?;
-        let (_, data) = self
+        let e = self
             .regions
             .remove(key)
             .ok_or(MemError::InvalidKey { key })?;
-        Ok(data)
+        Ok(e.data)
     }
 
     /// The region `key` names.
     pub fn info(&self, key: Key) -> Result<&RegionInfo, MemError> {
-        self.entry(key).map(|(info, _)| info)
+        self.entry(key).map(|e| &e.info)
+    }
+
+    /// Whether a SEND with Invalidate has invalidated the region `key`
+    /// names.
+    pub fn is_invalidated(&self, key: Key) -> Result<bool, MemError> {
+        self.entry(key).map(|e| !e.valid)
     }
 
     /// The bytes of the region `key` names.
     pub fn bytes(&self, key: Key) -> Result<&[u8], MemError> {
-        self.entry(key).map(|(_, data)| data.as_slice())
+        self.entry(key).map(|e| e.data.as_slice())
     }
 
     /// The bytes of the region `key` names, for a test to fill.
     pub fn bytes_mut(&mut self, key: Key) -> Result<&mut [u8], MemError> {
         self.entry(key)?;
         match self.regions.get_mut(key) {
-            Some((_, data)) => Ok(data.as_mut_slice()),
+            Some(e) => Ok(e.data.as_mut_slice()),
             None => Err(MemError::InvalidKey { key }),
         }
     }
 
     /// The region `key` names, telling an unknown key from a key mismatch.
-    fn entry(&self, key: Key) -> Result<&(RegionInfo, Vec<u8>), MemError> {
+    fn entry(&self, key: Key) -> Result<&Entry, MemError> {
         match self.regions.by_index(key) {
             None => Err(MemError::InvalidKey { key }),
             Some((k, _)) if k != key => Err(MemError::KeyMismatch { key }),
@@ -508,8 +604,11 @@ impl MemoryAccess for VecMemory {
         va: u64,
         len: usize,
     ) -> Result<Region, MemError> {
-        let (info, _) = self.entry(key)?;
-        validate(info, key, pd, is_remote, needed, va, len)
+        let e = self.entry(key)?;
+        if !e.valid {
+            return Err(MemError::InvalidKey { key });
+        }
+        validate(&e.info, key, pd, is_remote, needed, va, len)
     }
 
     fn read(&self, region: &Region, offset: usize, dst: &mut [u8]) -> Result<(), MemError> {
@@ -517,7 +616,7 @@ impl MemoryAccess for VecMemory {
         if dst.is_empty() {
             return Ok(());
         }
-        let (_, data) = self.entry(region.key)?;
+        let data = &self.entry(region.key)?.data;
         let src = data.get(range).ok_or(MemError::OutOfBounds {
             va: region.va.saturating_add(offset as u64),
             len: dst.len(),
@@ -537,6 +636,19 @@ impl MemoryAccess for VecMemory {
             len: src.len(),
         })?;
         dst.copy_from_slice(src);
+        Ok(())
+    }
+
+    fn invalidate(&mut self, rkey: Key, pd: u32) -> Result<(), MemError> {
+        let (_, e) = self
+            .regions
+            .by_index(rkey)
+            .filter(|(_, e)| e.valid)
+            .ok_or(MemError::InvalidKey { key: rkey })?;
+        validate_invalidate(&e.info, rkey, pd)?;
+        if let Some(e) = self.regions.get_mut(rkey) {
+            e.valid = false;
+        }
         Ok(())
     }
 }
@@ -592,6 +704,53 @@ mod tests {
             MemError::Misaligned { va: 4 }.nak_code(),
             NakCode::InvalidRequest
         );
+        assert_eq!(
+            MemError::NotInvalidatable { key: k }.nak_code(),
+            NakCode::InvalidRequest
+        );
+    }
+
+    #[test]
+    fn remote_invalidation_rule() {
+        let mut m = VecMemory::new();
+        let fast = m.register_invalidatable(PD, BASE, LEN, ALL).unwrap();
+        let plain = m.register(PD, BASE, LEN, ALL).unwrap();
+        let local = m.register_invalidatable(PD, BASE, LEN, LW).unwrap();
+        let info = |m: &VecMemory, k| *m.info(k).unwrap();
+        assert_eq!(validate_invalidate(&info(&m, fast), fast, PD), Ok(()));
+        assert_eq!(
+            validate_invalidate(&info(&m, plain), plain, PD),
+            Err(MemError::NotInvalidatable { key: plain })
+        );
+        assert_eq!(
+            validate_invalidate(&info(&m, fast), fast, PD + 1),
+            Err(MemError::PdMismatch)
+        );
+        assert_eq!(
+            validate_invalidate(&info(&m, fast), fast.inc(), PD),
+            Err(MemError::KeyMismatch { key: fast.inc() })
+        );
+        // No remote right, no R_Key to name it by.
+        assert_eq!(
+            validate_invalidate(&info(&m, local), local, PD),
+            Err(MemError::InvalidKey { key: local })
+        );
+        // Through the table: invalidated once, then no key works.
+        assert_eq!(
+            m.invalidate(plain, PD),
+            Err(MemError::NotInvalidatable { key: plain })
+        );
+        assert_eq!(m.invalidate(fast, PD), Ok(()));
+        assert_eq!(m.is_invalidated(fast), Ok(true));
+        assert_eq!(
+            m.check(fast, PD, true, RW, BASE, 1),
+            Err(MemError::InvalidKey { key: fast })
+        );
+        assert_eq!(
+            m.invalidate(fast, PD),
+            Err(MemError::InvalidKey { key: fast })
+        );
+        assert_eq!(m.is_invalidated(plain), Ok(false));
     }
 
     #[test]

@@ -84,7 +84,8 @@ pub use error::{EndpointError, PostError};
 pub use io::{RecvMeta, Transmit};
 pub use key_table::KeyTable;
 pub use memory::{
-    atomic_by_copy, validate, AtomicOp, Key, MemError, MemoryAccess, Region, RegionInfo, VecMemory,
+    atomic_by_copy, validate, validate_invalidate, AtomicOp, Key, MemError, MemoryAccess, Region,
+    RegionInfo, VecMemory,
 };
 pub use psn::{classify_request, Psn, PsnOutOfRange, RequestPsn};
 pub use qp::{

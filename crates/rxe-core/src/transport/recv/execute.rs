@@ -112,6 +112,26 @@ impl Responder {
             let Msg::Send { wr, written } = core::mem::take(&mut self.msg) else {
                 unreachable!()
             };
+            // SEND with Invalidate: the region stops answering before the
+            // completion exists. A key that may not be invalidated (another
+            // PD's, a stale one, an ordinary region's) fails the receive
+            // and the QP, and the requester learns it from a NAK Invalid
+            // Request (IBTA 10.6.7 / 9.7.5.2.x, not checked against the
+            // text; kernel rxe completes the receive with REM_INV_REQ_ERR
+            // too, but ACKs the packet before moving the QP to ERR).
+            if let Some(ieth) = pkt.repr.ext.ieth {
+                if mem.invalidate(Key::new(ieth.rkey), common.init.pd).is_err() {
+                    common.complete(WorkCompletion::new(
+                        wr.wr_id,
+                        WcStatus::RemInvReqErr,
+                        WcOpcode::Recv,
+                        common.qpn,
+                        WorkQueue::Recv,
+                    ));
+                    common.fatal();
+                    return Err(Fail::Nak(NakCode::InvalidRequest));
+                }
+            }
             let mut wc = WorkCompletion::new(
                 wr.wr_id,
                 WcStatus::Success,

@@ -40,8 +40,14 @@
 //!   treats both as loss, which lets a duplicated UC SEND ONLY be delivered
 //!   twice. While a UC message is being discarded, the expected PSN follows
 //!   the packets dropped, so that late copies of them count as stale.
-//! - SEND with Invalidate: the completion reports the R_Key; invalidating
-//!   the memory region is the verbs layer's job (it owns the MR table).
+//! - SEND with Invalidate: at the message's last packet the responder asks
+//!   [`MemoryAccess::invalidate`] to invalidate the R_Key, and the
+//!   completion reports it. A refusal (another PD's region, a stale key, a
+//!   region that may not be invalidated remotely, which every `ibv_reg_mr`
+//!   region is) completes the receive with REM_INV_REQ_ERR, answers NAK
+//!   Invalid Request and moves the QP to ERR. Kernel rxe completes the
+//!   receive the same way but ACKs the packet, so its requester sees the
+//!   SEND succeed and then loses the connection.
 //! - Shared receive queue: a QP created with `QpInit::srq` takes the receive
 //!   for each new SEND (at its first packet) or WRITE with immediate (at its
 //!   last packet, the one with the immediate) from the SRQ the endpoint

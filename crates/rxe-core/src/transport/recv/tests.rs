@@ -6,7 +6,7 @@ use super::srq::{Srq, SrqInit};
 use crate::transport::counters::{Counter, Counters};
 use crate::transport::error::PostError;
 use crate::transport::io::RecvMeta;
-use crate::transport::memory::{Key, VecMemory};
+use crate::transport::memory::{Key, MemoryAccess, VecMemory};
 use crate::transport::psn::Psn;
 use crate::transport::qp::{
     modify, AccessFlags, AddressVector, AsyncEvent, PathMtu, QpAttr, QpCaps, QpCommon, QpConfig,
@@ -511,24 +511,78 @@ fn ack_req_on_a_middle_packet_is_answered_and_acks_coalesce() {
     assert_ack(&out[0], RQ_PSN + 2, ACK, 1);
 }
 
-#[test]
-fn send_with_invalidate_reports_the_rkey() {
-    let mut h = H::new(QpType::Rc);
-    h.recv(1, 64);
-    let ext = ExtReprs {
-        ieth: Some(IethRepr { rkey: 0x1234_5601 }),
+fn ieth(rkey: Key) -> ExtReprs {
+    ExtReprs {
+        ieth: Some(IethRepr { rkey: rkey.raw() }),
         ..ExtReprs::default()
-    };
+    }
+}
+
+#[test]
+fn send_with_invalidate_invalidates_and_reports_the_rkey() {
+    let mut h = H::new(QpType::Rc);
+    let va = 0x70_0000;
+    let target = h.mem.register_invalidatable(PD, va, 64, ALL).unwrap();
+    h.recv(1, 64);
     h.rx(
         Opcode::RC_SEND_ONLY_WITH_INVALIDATE,
         RQ_PSN,
         true,
-        ext,
+        ieth(target),
         b"x",
     );
     let wc = h.wcs()[0];
-    assert_eq!(wc.invalidated_rkey, Some(0x1234_5601));
     assert_eq!(wc.status, WcStatus::Success);
+    assert_eq!(wc.invalidated_rkey, Some(target.raw()));
+    assert_eq!(h.mem.is_invalidated(target), Ok(true));
+    assert_ack(&h.out()[0], RQ_PSN, ACK, 1);
+    // No key names the region any more.
+    assert!(h
+        .mem
+        .check(target, PD, true, AccessFlags::REMOTE_WRITE, va, 1)
+        .is_err());
+}
+
+/// Kernel rxe refuses remote invalidation of an ordinary (`ibv_reg_mr`)
+/// region, of another PD's region and of a key that is not the region's
+/// current one: the receive completes with REM_INV_REQ_ERR, the requester
+/// gets NAK Invalid Request, the QP goes to ERR and the region stays valid.
+#[test]
+fn send_with_invalidate_is_refused_unless_the_region_allows_it() {
+    for case in ["ordinary", "other pd", "stale key", "no region"] {
+        let mut h = H::new(QpType::Rc);
+        let (ordinary, _) = h.region(64, 0, ALL);
+        let fast = h
+            .mem
+            .register_invalidatable(PD, 0x70_0000, 64, ALL)
+            .unwrap();
+        let other = h
+            .mem
+            .register_invalidatable(PD + 1, 0x80_0000, 64, ALL)
+            .unwrap();
+        let rkey = match case {
+            "ordinary" => ordinary,
+            "other pd" => other,
+            "stale key" => fast.inc(),
+            _ => Key::from_parts(0x7f_0000, 1).unwrap(),
+        };
+        h.recv(1, 64);
+        h.rx(
+            Opcode::RC_SEND_ONLY_WITH_INVALIDATE,
+            RQ_PSN,
+            true,
+            ieth(rkey),
+            b"x",
+        );
+        let wcs = h.wcs();
+        assert_eq!(wcs[0].status, WcStatus::RemInvReqErr, "{case}");
+        assert_eq!(wcs[0].invalidated_rkey, None, "{case}");
+        assert_ack(&h.out()[0], RQ_PSN, nak(NakCode::InvalidRequest), 0);
+        assert_eq!(h.c.state(), QpState::Error, "{case}");
+        for k in [ordinary, fast, other] {
+            assert_eq!(h.mem.is_invalidated(k), Ok(false), "{case}");
+        }
+    }
 }
 
 #[test]
