@@ -66,6 +66,22 @@ fn exec(addr: &str, prog: &str, args: &[&str]) -> Rxe {
 /// server listens, which the library logs (`RXE_LOG`) on stderr: C stdio
 /// buffers the server's own output in a pipe, and a REQ that came before
 /// `rdma_listen` would be rejected (IBTA REJ reason 8, invalid ServiceID).
+/// [`pair`] with `rxe exec` options before the `--` of each side.
+fn pair_args(srv: &str, server: &[&str], cli: &str, client: &[&str]) -> (Finished, Finished) {
+    let mut a = vec!["exec", "--ip", srv];
+    a.extend_from_slice(server);
+    let mut s = Rxe::spawn_with_env(&a, &[("RXE_LOG", "rxe_verbs::cm::id=info")]);
+    if !s.wait_for_stderr("CM listening", Duration::from_secs(30)) {
+        let f = s.finish(Duration::from_secs(5));
+        panic!("the server never listened: {f:#?}");
+    }
+    let mut a = vec!["exec", "--ip", cli];
+    a.extend_from_slice(client);
+    let c = Rxe::spawn(&a).finish(T);
+    let s = s.finish(T);
+    (s, c)
+}
+
 fn pair(
     srv: &str,
     server: (&str, &[&str]),
@@ -174,42 +190,46 @@ fn rping_between_two_copies_checks_its_data() {
     if !have("rping") {
         return;
     }
-    let (s, c) = pair(
+    // Both devices' packets are captured (`rxe exec --pcap`), to read back.
+    let dir = std::env::temp_dir().join(format!("rxe-rping-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (sp, cp) = (dir.join("server.pcap"), dir.join("client.pcap"));
+    let (sp_s, cp_s) = (sp.display().to_string(), cp.display().to_string());
+    let server = [
+        "--pcap",
+        &sp_s,
+        "--",
+        "rping",
+        "-s",
+        "-a",
         "127.0.112.1",
-        (
-            "rping",
-            &[
-                "-s",
-                "-a",
-                "127.0.112.1",
-                "-p",
-                "19301",
-                "-C",
-                "20",
-                "-S",
-                "1000",
-                "-V",
-                "-v",
-            ],
-        ),
-        "127.0.112.2",
-        (
-            "rping",
-            &[
-                "-c",
-                "-a",
-                "127.0.112.1",
-                "-p",
-                "19301",
-                "-C",
-                "20",
-                "-S",
-                "1000",
-                "-V",
-                "-v",
-            ],
-        ),
-    );
+        "-p",
+        "19301",
+        "-C",
+        "20",
+        "-S",
+        "1000",
+        "-V",
+        "-v",
+    ];
+    let client = [
+        "--pcap",
+        &cp_s,
+        "--",
+        "rping",
+        "-c",
+        "-a",
+        "127.0.112.1",
+        "-p",
+        "19301",
+        "-C",
+        "20",
+        "-S",
+        "1000",
+        "-V",
+        "-v",
+    ];
+    let (s, c) = pair_args("127.0.112.1", &server, "127.0.112.2", &client);
     assert!(c.ok() && s.ok(), "client {c:#?}\nserver {s:#?}");
     // rping -V compares each ping it reads back with what it wrote.
     let pings = c
@@ -225,6 +245,57 @@ fn rping_between_two_copies_checks_its_data() {
         .filter(|l| l.starts_with("server ping data: rdma-ping-"))
         .count();
     assert_eq!(served, 20, "{s:#?}");
+    // Every CM MAD the two sent is explained (connection IDs, QPNs, the
+    // ServiceID of port 19301) and every ICRC is good.
+    let check = support::run(&["dissect", "--check", &cp_s], T);
+    assert!(check.ok(), "{check:#?}");
+    assert!(check.text().contains(" 0 bad"), "{check:#?}");
+    let d = support::run(&["dissect", &cp_s], T);
+    assert!(d.ok(), "{d:#?}");
+    let t = d.text();
+    for want in [
+        "CM REQ",
+        "svc=0x0000000001064b65 (RDMA_PS_TCP port 19301)",
+        "CM REP",
+        "CM RTU",
+        "CM DREQ",
+        "CM DREP",
+        "RC RDMA READ Request",
+        "RC SEND Only",
+    ] {
+        assert!(t.contains(want), "no {want:?} in:\n{t}");
+    }
+    assert!(!t.contains("icrc=bad"), "{t}");
+    // tshark reads them with no malformed packet and no warning.
+    if Command::new("tshark")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        for p in [&sp, &cp] {
+            let out = Command::new("tshark")
+                .args(["-n", "-r"])
+                .arg(p)
+                .args(["-Y", "_ws.malformed || _ws.expert.severity >= warning"])
+                .output()
+                .expect("tshark runs");
+            let shown = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success() && shown.trim().is_empty(),
+                "{}: {shown}",
+                p.display()
+            );
+            let all = Command::new("tshark")
+                .args(["-n", "-r"])
+                .arg(p)
+                .args(["-Y", "infiniband.mad"])
+                .output()
+                .expect("tshark runs");
+            let mads = String::from_utf8_lossy(&all.stdout).lines().count();
+            assert!(mads >= 4, "tshark sees {mads} MADs in {}", p.display());
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

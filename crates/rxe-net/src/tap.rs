@@ -206,7 +206,12 @@ impl PcapTap {
         self.frame.extend_from_slice(h.ip_header());
         self.frame.extend_from_slice(h.udp_header());
         self.frame.extend_from_slice(packet);
-        self.write(timestamp)
+        self.write(timestamp)?;
+        // Each record goes to the file at once: the drop-in library's
+        // device lives in a C program, which may exit() (or crash) without
+        // anything of ours running, and a capture must still end with its
+        // last packet, not inside it. A capture costs one write per packet.
+        self.flush()
     }
 
     /// Frames written so far.

@@ -232,3 +232,87 @@ const _: () = assert!(offset_of!(rdma_ud_param, qp_num) == 48);
 const _: () = assert!(size_of::<rdma_addrinfo>() == 96);
 const _: () = assert!(offset_of!(rdma_addrinfo, ai_src_addr) == 24);
 const _: () = assert!(offset_of!(rdma_addrinfo, ai_next) == 88);
+
+/// Every (struct, C field, offset) of `<rdma/rdma_cma.h>` this module
+/// relies on, and the sizes (field ""), for the test that compares them
+/// with the installed header (`tests/layout_vs_headers.rs`). The asserts
+/// above tie the same numbers to the Rust structs.
+pub const RDMACM_CHECKED_LAYOUT: &[(&str, &str, usize)] = &[
+    ("rdma_event_channel", "", 4),
+    ("rdma_event_channel", "fd", 0),
+    ("rdma_cm_id", "", 416),
+    ("rdma_cm_id", "verbs", 0),
+    ("rdma_cm_id", "channel", 8),
+    ("rdma_cm_id", "context", 16),
+    ("rdma_cm_id", "qp", 24),
+    ("rdma_cm_id", "route", 32),
+    ("rdma_cm_id", "ps", 344),
+    ("rdma_cm_id", "port_num", 348),
+    ("rdma_cm_id", "event", 352),
+    ("rdma_cm_id", "send_cq_channel", 360),
+    ("rdma_cm_id", "send_cq", 368),
+    ("rdma_cm_id", "recv_cq_channel", 376),
+    ("rdma_cm_id", "recv_cq", 384),
+    ("rdma_cm_id", "srq", 392),
+    ("rdma_cm_id", "pd", 400),
+    ("rdma_cm_id", "qp_type", 408),
+    ("rdma_route", "", 312),
+    ("rdma_route", "addr", 0),
+    ("rdma_route", "path_rec", 296),
+    ("rdma_route", "num_paths", 304),
+    ("rdma_addr", "", 296),
+    ("rdma_addr", "src_addr", 0),
+    ("rdma_addr", "dst_addr", 128),
+    ("rdma_addr", "addr", 256),
+    ("rdma_ib_addr", "", 40),
+    ("rdma_ib_addr", "dgid", 16),
+    ("rdma_ib_addr", "pkey", 32),
+    ("rdma_cm_event", "", 80),
+    ("rdma_cm_event", "id", 0),
+    ("rdma_cm_event", "listen_id", 8),
+    ("rdma_cm_event", "event", 16),
+    ("rdma_cm_event", "status", 20),
+    ("rdma_cm_event", "param", 24),
+    ("rdma_conn_param", "", 24),
+    ("rdma_conn_param", "private_data_len", 8),
+    ("rdma_conn_param", "responder_resources", 9),
+    ("rdma_conn_param", "initiator_depth", 10),
+    ("rdma_conn_param", "flow_control", 11),
+    ("rdma_conn_param", "retry_count", 12),
+    ("rdma_conn_param", "rnr_retry_count", 13),
+    ("rdma_conn_param", "srq", 14),
+    ("rdma_conn_param", "qp_num", 16),
+    ("rdma_ud_param", "", 56),
+    ("rdma_ud_param", "private_data_len", 8),
+    ("rdma_ud_param", "ah_attr", 16),
+    ("rdma_ud_param", "qp_num", 48),
+    ("rdma_ud_param", "qkey", 52),
+    ("rdma_addrinfo", "", 96),
+    ("rdma_addrinfo", "ai_qp_type", 8),
+    ("rdma_addrinfo", "ai_port_space", 12),
+    ("rdma_addrinfo", "ai_src_len", 16),
+    ("rdma_addrinfo", "ai_dst_len", 20),
+    ("rdma_addrinfo", "ai_src_addr", 24),
+    ("rdma_addrinfo", "ai_dst_addr", 32),
+    ("rdma_addrinfo", "ai_src_canonname", 40),
+    ("rdma_addrinfo", "ai_dst_canonname", 48),
+    ("rdma_addrinfo", "ai_route_len", 56),
+    ("rdma_addrinfo", "ai_route", 64),
+    ("rdma_addrinfo", "ai_connect_len", 72),
+    ("rdma_addrinfo", "ai_connect", 80),
+    ("rdma_addrinfo", "ai_next", 88),
+    ("rdma_cm_join_mc_attr_ex", "", 16),
+    ("rdma_cm_join_mc_attr_ex", "addr", 8),
+    ("ibv_sa_path_rec", "", 64),
+];
+
+const _: () = assert!(size_of::<rdma_ib_addr>() == 40);
+const _: () = assert!(offset_of!(rdma_ib_addr, dgid) == 16);
+const _: () = assert!(offset_of!(rdma_ib_addr, pkey) == 32);
+const _: () = assert!(offset_of!(rdma_conn_param, private_data_len) == 8);
+const _: () = assert!(offset_of!(rdma_conn_param, srq) == 14);
+const _: () = assert!(offset_of!(rdma_ud_param, qkey) == 52);
+const _: () = assert!(offset_of!(rdma_addrinfo, ai_route_len) == 56);
+const _: () = assert!(offset_of!(rdma_addrinfo, ai_connect) == 80);
+const _: () = assert!(size_of::<rdma_cm_join_mc_attr_ex>() == 16);
+const _: () = assert!(offset_of!(rdma_cm_join_mc_attr_ex, addr) == 8);

@@ -7,6 +7,7 @@
 use std::path::Path;
 use std::process::Command;
 
+use rxe_verbs_abi::rdmacm::RDMACM_CHECKED_LAYOUT;
 use rxe_verbs_abi::CHECKED_LAYOUT;
 
 #[test]
@@ -60,5 +61,52 @@ fn every_checked_offset_matches_the_installed_headers() {
         checked += 1;
     }
     assert_eq!(checked, CHECKED_LAYOUT.len());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The same for librdmacm's structs and `<rdma/rdma_cma.h>`
+/// (librdmacm-dev).
+#[test]
+fn every_checked_rdmacm_offset_matches_the_installed_header() {
+    if !Path::new("/usr/include/rdma/rdma_cma.h").exists() {
+        eprintln!("SKIPPED: no /usr/include/rdma/rdma_cma.h (install librdmacm-dev)");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("rxe-rdmacm-layout-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut c = String::from(
+        "#include <stdio.h>\n#include <stddef.h>\n#include <rdma/rdma_cma.h>\nint main(void) {\n",
+    );
+    for (s, f, _) in RDMACM_CHECKED_LAYOUT {
+        if f.is_empty() {
+            c.push_str(&format!("  printf(\"%zu\\n\", sizeof(struct {s}));\n"));
+        } else {
+            c.push_str(&format!(
+                "  printf(\"%zu\\n\", offsetof(struct {s}, {f}));\n"
+            ));
+        }
+    }
+    c.push_str("  return 0;\n}\n");
+    let src = dir.join("layout.c");
+    let exe = dir.join("layout");
+    std::fs::write(&src, c).unwrap();
+    let cc = Command::new("cc")
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .expect("cc runs");
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let out = Command::new(&exe).output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let got: Vec<usize> = text.lines().map(|l| l.trim().parse().unwrap()).collect();
+    assert_eq!(got.len(), RDMACM_CHECKED_LAYOUT.len());
+    for ((s, f, want), got) in RDMACM_CHECKED_LAYOUT.iter().zip(got) {
+        assert_eq!(got, *want, "{s}.{f}: C says {got}, rxe-verbs-abi {want}");
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
