@@ -19,8 +19,11 @@ use crate::qp::{Qp, QpCap, QpInitAttr};
 /// The GRH space in front of every UD receive (IBTA 11.4.1.1).
 const GRH_LEN: usize = 40;
 const SLOT: usize = GRH_LEN + MAD_LEN;
-/// Receives kept posted: enough for a burst of REQs from many peers.
-const RECV_SLOTS: usize = 64;
+/// Receives kept posted: a burst of REQs from many peers (ucmatose -c 100
+/// sends 100 at once) must not find QP1 without a receive, or the lost
+/// ones wait a 4 s CM response timeout to be resent. 512, as Linux's MAD
+/// layer posts on its QP1 (150 KB per device).
+const RECV_SLOTS: usize = 512;
 const SEND_DEPTH: u32 = 256;
 
 /// Why a received MAD was not handed to the CM.
