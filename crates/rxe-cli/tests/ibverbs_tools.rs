@@ -14,50 +14,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use support::tools::{exec, have, lib_dir, serial};
 use support::{Finished, Rxe};
 
 const T: Duration = Duration::from_secs(120);
-
-/// One test at a time: every test runs busy-polling C programs in pairs,
-/// and on a small machine several pairs at once only starve each other.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Whether the Debian tool `name` can run; panics with what to install if
-/// not, unless RXE_SKIP_IBVERBS_TOOLS=1.
-fn have(name: &str) -> bool {
-    if Path::new("/usr/bin").join(name).exists() {
-        return true;
-    }
-    if std::env::var("RXE_SKIP_IBVERBS_TOOLS").as_deref() == Ok("1") {
-        eprintln!("SKIPPED: /usr/bin/{name} is missing (RXE_SKIP_IBVERBS_TOOLS=1)");
-        return false;
-    }
-    panic!(
-        "/usr/bin/{name} is missing: install ibverbs-utils and perftest (scripts/setup.sh), \
-         or set RXE_SKIP_IBVERBS_TOOLS=1 to skip these tests"
-    );
-}
-
-/// The directory with the built libraries (cargo builds the dev-dependency
-/// cdylibs into target/<profile>/deps).
-fn lib_dir() -> PathBuf {
-    let exe = PathBuf::from(env!("CARGO_BIN_EXE_rxe"));
-    let dir = exe.parent().unwrap().to_path_buf();
-    // The newer of the two, as `rxe exec` chooses.
-    [dir.clone(), dir.join("deps")]
-        .into_iter()
-        .filter(|d| d.join("libibverbs.so").exists())
-        .max_by_key(|d| {
-            std::fs::metadata(d.join("libibverbs.so"))
-                .and_then(|m| m.modified())
-                .ok()
-        })
-        .unwrap_or_else(|| panic!("no libibverbs.so near {}", exe.display()))
-}
 
 /// Whether a TCP socket listens on `port` (from /proc/net/tcp), so that a
 /// client starts only once its C server is ready (C stdio buffers the
@@ -83,13 +43,6 @@ fn wait_listening(port: u16, server: &mut Rxe) {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-/// `rxe exec --ip ADDR -- PROGRAM ARGS`.
-fn exec(addr: &str, prog: &str, args: &[&str]) -> Rxe {
-    let mut a = vec!["exec", "--ip", addr, "--", prog];
-    a.extend_from_slice(args);
-    Rxe::spawn(&a)
 }
 
 /// A server tool on `srv` and a client tool on `cli` (port `port`, the

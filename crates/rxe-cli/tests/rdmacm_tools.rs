@@ -12,61 +12,20 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use support::tools::{exec, have, lib_dir, serial};
 use support::{Finished, Rxe};
 
 const T: Duration = Duration::from_secs(120);
 
-/// One test at a time, as in ibverbs_tools: the programs busy-poll.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn have(name: &str) -> bool {
-    if Path::new("/usr/bin").join(name).exists() {
-        return true;
-    }
-    if std::env::var("RXE_SKIP_IBVERBS_TOOLS").as_deref() == Ok("1") {
-        eprintln!("SKIPPED: /usr/bin/{name} is missing (RXE_SKIP_IBVERBS_TOOLS=1)");
-        return false;
-    }
-    panic!(
-        "/usr/bin/{name} is missing: install rdmacm-utils and perftest (scripts/setup.sh), \
-         or set RXE_SKIP_IBVERBS_TOOLS=1 to skip these tests"
-    );
-}
-
-fn lib_dir() -> PathBuf {
-    let exe = PathBuf::from(env!("CARGO_BIN_EXE_rxe"));
-    let dir = exe.parent().unwrap().to_path_buf();
-    [dir.clone(), dir.join("deps")]
-        .into_iter()
-        .filter(|d| d.join("libibverbs.so").exists())
-        .max_by_key(|d| {
-            std::fs::metadata(d.join("libibverbs.so"))
-                .and_then(|m| m.modified())
-                .ok()
-        })
-        .unwrap_or_else(|| panic!("no libibverbs.so near {}", exe.display()))
-}
-
-/// `rxe exec --ip ADDR -- PROGRAM ARGS`.
-fn exec(addr: &str, prog: &str, args: &[&str]) -> Rxe {
-    let mut a = vec!["exec", "--ip", addr, "--", prog];
-    a.extend_from_slice(args);
-    Rxe::spawn(&a)
-}
-
-/// A server on `srv` and its client on `cli`: the client starts once the
-/// server listens, which the library logs (`RXE_LOG`) on stderr: C stdio
-/// buffers the server's own output in a pipe, and a REQ that came before
-/// `rdma_listen` would be rejected (IBTA REJ reason 8, invalid ServiceID).
-/// [`pair`] with `rxe exec` options before the `--` of each side.
+/// A server and its client, with `rxe exec` options and the program after
+/// `--` in `server` and `client`: the client starts once the server
+/// listens, which the library logs (`RXE_LOG`) on stderr (C stdio buffers
+/// the server's own output in a pipe, and a REQ long before `rdma_listen`
+/// would be rejected: IBTA REJ reason 8, invalid ServiceID).
 fn pair_args(srv: &str, server: &[&str], cli: &str, client: &[&str]) -> (Finished, Finished) {
     let mut a = vec!["exec", "--ip", srv];
     a.extend_from_slice(server);
@@ -82,22 +41,30 @@ fn pair_args(srv: &str, server: &[&str], cli: &str, client: &[&str]) -> (Finishe
     (s, c)
 }
 
+/// [`pair_args`] with programs and their arguments only.
 fn pair(
     srv: &str,
     server: (&str, &[&str]),
     cli: &str,
     client: (&str, &[&str]),
 ) -> (Finished, Finished) {
-    let mut a = vec!["exec", "--ip", srv, "--", server.0];
-    a.extend_from_slice(server.1);
-    let mut s = Rxe::spawn_with_env(&a, &[("RXE_LOG", "rxe_verbs::cm::id=info")]);
-    if !s.wait_for_stderr("CM listening", Duration::from_secs(30)) {
-        let f = s.finish(Duration::from_secs(5));
-        panic!("{} never listened: {f:#?}", server.0);
+    fn side<'a>((prog, args): (&'a str, &[&'a str])) -> Vec<&'a str> {
+        let mut v = vec!["--", prog];
+        v.extend_from_slice(args);
+        v
     }
-    let c = exec(cli, client.0, client.1).finish(T);
-    let s = s.finish(T);
-    (s, c)
+    pair_args(srv, &side(server), cli, &side(client))
+}
+
+/// Both ran to the end and printed that their transfers completed (the
+/// ucmatose and udaddy way).
+fn both_complete(s: &Finished, c: &Finished) {
+    assert!(c.ok() && s.ok(), "client {c:#?}\nserver {s:#?}");
+    for f in [s, c] {
+        let t = f.text();
+        assert!(t.contains("data transfers complete"), "{f:#?}");
+        assert!(t.contains("return status 0"), "{f:#?}");
+    }
 }
 
 #[test]
@@ -338,12 +305,7 @@ fn ucmatose_runs_eight_connections_at_once() {
             ],
         ),
     );
-    assert!(c.ok() && s.ok(), "client {c:#?}\nserver {s:#?}");
-    for f in [&s, &c] {
-        let t = f.text();
-        assert!(t.contains("data transfers complete"), "{f:#?}");
-        assert!(t.contains("return status 0"), "{f:#?}");
-    }
+    both_complete(&s, &c);
 }
 
 #[test]
@@ -375,12 +337,7 @@ fn udaddy_resolves_ud_services_with_sidr() {
         "127.0.112.13",
         ("udaddy", &["-s", "127.0.112.12", "-c", "4", "-C", "20"]),
     );
-    assert!(c.ok() && s.ok(), "client {c:#?}\nserver {s:#?}");
-    for f in [&s, &c] {
-        let t = f.text();
-        assert!(t.contains("data transfers complete"), "{f:#?}");
-        assert!(t.contains("return status 0"), "{f:#?}");
-    }
+    both_complete(&s, &c);
 }
 
 #[test]

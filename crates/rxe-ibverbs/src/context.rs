@@ -44,6 +44,12 @@ fn attach(dev: &RxeDevice) -> Result<rxe_verbs::Device, c_int> {
     }
     match rxe_verbs::Device::add(dev.config.clone()) {
         Ok(d) => {
+            // QP1 and the CM answer from the start, as on a kernel device:
+            // a REQ to a program that listens on nothing is refused (REJ
+            // reason 8) instead of going unanswered until it times out.
+            if let Err(e) = rxe_verbs::cm::start(&d) {
+                tracing::warn!(device = %dev.name, error = %e, "the CM did not start");
+            }
             m.insert(dev.name.clone(), (d.clone(), 1));
             Ok(d)
         }

@@ -10,32 +10,16 @@ use std::process::Command;
 use rxe_verbs_abi::rdmacm::RDMACM_CHECKED_LAYOUT;
 use rxe_verbs_abi::CHECKED_LAYOUT;
 
-#[test]
-fn every_checked_offset_matches_the_installed_headers() {
-    if !Path::new("/usr/include/infiniband/verbs.h").exists() {
-        eprintln!("SKIPPED: no /usr/include/infiniband/verbs.h (install libibverbs-dev)");
-        return;
-    }
-    let dir = std::env::temp_dir().join(format!("rxe-abi-layout-{}", std::process::id()));
+/// Compiles and runs a C program that includes `header` and prints each
+/// of `exprs` (`sizeof`/`offsetof` expressions), one number a line.
+fn c_numbers(tag: &str, header: &str, exprs: &[String]) -> Vec<usize> {
+    let dir = std::env::temp_dir().join(format!("rxe-{tag}-layout-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let mut c = String::from(
-        "#include <stdio.h>\n#include <stddef.h>\n#include <infiniband/verbs.h>\nint main(void) {\n",
+    let mut c = format!(
+        "#include <stdio.h>\n#include <stddef.h>\n#include <{header}>\nint main(void) {{\n"
     );
-    for (s, f, _) in CHECKED_LAYOUT {
-        if f.is_empty() {
-            c.push_str(&format!(
-                "  printf(\"{s} . %zu\\n\", sizeof(struct {s}));\n"
-            ));
-        } else {
-            // Fields of unions and renamed fields are spelled as C has them.
-            let cf = match (*s, *f) {
-                ("ibv_send_wr", "imm_data") => "imm_data",
-                _ => f,
-            };
-            c.push_str(&format!(
-                "  printf(\"{s} {f} %zu\\n\", offsetof(struct {s}, {cf}));\n"
-            ));
-        }
+    for e in exprs {
+        c.push_str(&format!("  printf(\"%zu\\n\", {e});\n"));
     }
     c.push_str("  return 0;\n}\n");
     let src = dir.join("layout.c");
@@ -53,15 +37,54 @@ fn every_checked_offset_matches_the_installed_headers() {
         String::from_utf8_lossy(&cc.stderr)
     );
     let out = Command::new(&exe).output().unwrap();
-    let text = String::from_utf8(out.stdout).unwrap();
-    let mut checked = 0;
-    for ((s, f, want), line) in CHECKED_LAYOUT.iter().zip(text.lines()) {
-        let got: usize = line.rsplit(' ').next().unwrap().parse().unwrap();
-        assert_eq!(got, *want, "{s}.{f}: C says {got}, rxe-verbs-abi {want}");
-        checked += 1;
-    }
-    assert_eq!(checked, CHECKED_LAYOUT.len());
     std::fs::remove_dir_all(&dir).unwrap();
+    let got: Vec<usize> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    assert_eq!(got.len(), exprs.len());
+    got
+}
+
+/// Each (struct, field, offset) against C: `sizeof` for field "".
+fn check(
+    tag: &str,
+    header: &str,
+    table: &[(&str, &str, usize)],
+    c_field: impl Fn(&str, &str) -> String,
+) {
+    let exprs: Vec<String> = table
+        .iter()
+        .map(|(s, f, _)| {
+            if f.is_empty() {
+                format!("sizeof(struct {s})")
+            } else {
+                format!("offsetof(struct {s}, {})", c_field(s, f))
+            }
+        })
+        .collect();
+    for ((s, f, want), got) in table.iter().zip(c_numbers(tag, header, &exprs)) {
+        assert_eq!(got, *want, "{s}.{f}: C says {got}, rxe-verbs-abi {want}");
+    }
+}
+
+#[test]
+fn every_checked_offset_matches_the_installed_headers() {
+    if !Path::new("/usr/include/infiniband/verbs.h").exists() {
+        eprintln!("SKIPPED: no /usr/include/infiniband/verbs.h (install libibverbs-dev)");
+        return;
+    }
+    // Fields of unions and renamed fields are spelled as C has them.
+    check(
+        "ibverbs",
+        "infiniband/verbs.h",
+        CHECKED_LAYOUT,
+        |s, f| match (s, f) {
+            ("ibv_send_wr", "imm_data") => "imm_data".to_string(),
+            _ => f.to_string(),
+        },
+    );
 }
 
 /// The same for librdmacm's structs and `<rdma/rdma_cma.h>`
@@ -72,41 +95,10 @@ fn every_checked_rdmacm_offset_matches_the_installed_header() {
         eprintln!("SKIPPED: no /usr/include/rdma/rdma_cma.h (install librdmacm-dev)");
         return;
     }
-    let dir = std::env::temp_dir().join(format!("rxe-rdmacm-layout-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut c = String::from(
-        "#include <stdio.h>\n#include <stddef.h>\n#include <rdma/rdma_cma.h>\nint main(void) {\n",
+    check(
+        "rdmacm",
+        "rdma/rdma_cma.h",
+        RDMACM_CHECKED_LAYOUT,
+        |_, f| f.to_string(),
     );
-    for (s, f, _) in RDMACM_CHECKED_LAYOUT {
-        if f.is_empty() {
-            c.push_str(&format!("  printf(\"%zu\\n\", sizeof(struct {s}));\n"));
-        } else {
-            c.push_str(&format!(
-                "  printf(\"%zu\\n\", offsetof(struct {s}, {f}));\n"
-            ));
-        }
-    }
-    c.push_str("  return 0;\n}\n");
-    let src = dir.join("layout.c");
-    let exe = dir.join("layout");
-    std::fs::write(&src, c).unwrap();
-    let cc = Command::new("cc")
-        .arg(&src)
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .expect("cc runs");
-    assert!(
-        cc.status.success(),
-        "{}",
-        String::from_utf8_lossy(&cc.stderr)
-    );
-    let out = Command::new(&exe).output().unwrap();
-    let text = String::from_utf8(out.stdout).unwrap();
-    let got: Vec<usize> = text.lines().map(|l| l.trim().parse().unwrap()).collect();
-    assert_eq!(got.len(), RDMACM_CHECKED_LAYOUT.len());
-    for ((s, f, want), got) in RDMACM_CHECKED_LAYOUT.iter().zip(got) {
-        assert_eq!(got, *want, "{s}.{f}: C says {got}, rxe-verbs-abi {want}");
-    }
-    std::fs::remove_dir_all(&dir).unwrap();
 }

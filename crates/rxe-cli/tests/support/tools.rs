@@ -1,0 +1,55 @@
+//! Debian's RDMA programs under `rxe exec`, for the ibverbs_tools and
+//! rdmacm_tools tests: taking turns, finding the programs and the built
+//! libraries, starting one.
+
+use std::path::{Path, PathBuf};
+
+use super::Rxe;
+
+/// One test at a time: every test runs busy-polling C programs in pairs,
+/// and on a small machine several pairs at once only starve each other.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Whether the Debian tool `name` can run; panics with what to install if
+/// not, unless RXE_SKIP_IBVERBS_TOOLS=1.
+pub fn have(name: &str) -> bool {
+    if Path::new("/usr/bin").join(name).exists() {
+        return true;
+    }
+    if std::env::var("RXE_SKIP_IBVERBS_TOOLS").as_deref() == Ok("1") {
+        eprintln!("SKIPPED: /usr/bin/{name} is missing (RXE_SKIP_IBVERBS_TOOLS=1)");
+        return false;
+    }
+    panic!(
+        "/usr/bin/{name} is missing: install ibverbs-utils, perftest and rdmacm-utils \
+         (scripts/setup.sh), or set RXE_SKIP_IBVERBS_TOOLS=1 to skip these tests"
+    );
+}
+
+/// The directory with the built libraries (cargo builds the dev-dependency
+/// cdylibs into target/<profile>/deps): the newer of the two, as `rxe
+/// exec` chooses.
+pub fn lib_dir() -> PathBuf {
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_rxe"));
+    let dir = exe.parent().unwrap().to_path_buf();
+    [dir.clone(), dir.join("deps")]
+        .into_iter()
+        .filter(|d| d.join("libibverbs.so").exists())
+        .max_by_key(|d| {
+            std::fs::metadata(d.join("libibverbs.so"))
+                .and_then(|m| m.modified())
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no libibverbs.so near {}", exe.display()))
+}
+
+/// `rxe exec --ip ADDR -- PROGRAM ARGS`.
+pub fn exec(addr: &str, prog: &str, args: &[&str]) -> Rxe {
+    let mut a = vec!["exec", "--ip", addr, "--", prog];
+    a.extend_from_slice(args);
+    Rxe::spawn(&a)
+}
