@@ -16,4 +16,5 @@ shot() { # capture, hash, picture
 shot integration/testdata/captures/rping.pcap 'frame=7' rping.png
 shot integration/testdata/captures/send_bw.pcap 'frame=155' send_bw.png
 shot integration/testdata/rxe/rxe_sim_faults.pcap 'frame=9' rxe_sim_faults.png
+shot integration/testdata/rxe/rxe_netem_interop.pcapng 'frame=10' rxe_netem_interop.png
 shot integration/testdata/rxe/rxe_demo.pcap 'frame=8&show=BTH' rxe_demo.png

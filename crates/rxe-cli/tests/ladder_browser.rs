@@ -272,3 +272,93 @@ fn ten_thousand_packets_stay_windowed() {
         r["drawMedianMs"], r["drawMaxMs"]
     );
 }
+
+/// What a capture says by itself, read with the dissector: the RoCE frames,
+/// the data packets sent again (a request whose sender, destination QP,
+/// opcode and PSN came before), and the NAKs (PSN sequence and others,
+/// RNR apart).
+fn story_of(capture: &Path) -> (u64, Vec<u64>, Vec<u64>) {
+    use rxe_core::wire::aeth::Syndrome;
+    let mut r = CaptureReader::open(capture).unwrap();
+    let (mut roce, mut retx, mut naks) = (0, Vec::new(), Vec::new());
+    let mut seen = std::collections::HashSet::new();
+    while let Some(f) = r.next_frame().unwrap() {
+        let Ok(Some(d)) = dissect(f.link_type, &f.data) else {
+            continue;
+        };
+        let Ok(p) = d.packet else { continue };
+        roce += 1;
+        let b = p.repr.bth;
+        match p.repr.ext.aeth.map(|a| a.syndrome) {
+            Some(Syndrome::Nak(_)) => naks.push(f.number),
+            Some(_) => {}
+            None => {
+                let src = d.frame.ip.map(|ip| ip.to_vec()).unwrap_or_default();
+                if !seen.insert((src, b.dest_qp, b.opcode.0, b.psn)) {
+                    retx.push(f.number);
+                }
+            }
+        }
+    }
+    (roce, retx, naks)
+}
+
+/// rxe's own capture (`rxe pingpong rc --pcap`, pcapng) of an RC exchange
+/// with the kernel's Soft-RoCE in the reference guest under netem (2 %
+/// loss, 5 % reordering, 1 % duplication, both ways): `ibv_rc_pingpong
+/// -n 30 -s 8192` against `rxe pingpong rc --chk-echo`. Every RoCE frame
+/// has its arrow, every packet the capture shows twice is marked a
+/// retransmission or a duplicate, every NAK a NAK.
+#[test]
+fn a_netem_interop_capture_in_a_browser() {
+    let Some(browser) = chromium() else { return };
+    let capture = testdata().join("rxe/rxe_netem_interop.pcapng");
+    let (roce, retx_want, naks) = story_of(&capture);
+    assert!(
+        !retx_want.is_empty() && !naks.is_empty(),
+        "no faults in the capture"
+    );
+    let html = out_dir().join("rxe_netem_interop.html");
+    ladder(&capture, &html);
+    check_self_contained(&html);
+    let r = selftest(&browser, &html, naks[0]);
+    assert_eq!(
+        r["seen"], roce,
+        "every RoCE frame has its arrow: {}",
+        r["missing"]
+    );
+    // A packet seen twice is a retransmission, or, when netem duplicated
+    // it (an identical copy moments later), a duplicate.
+    let retx = frames_marked(&r, "retx");
+    let dup = frames_marked(&r, "dup");
+    let missed: Vec<_> = retx_want
+        .iter()
+        .filter(|f| !retx.contains(f) && !dup.contains(f))
+        .collect();
+    assert!(missed.is_empty(), "sent again but not marked: {missed:?}");
+    assert!(
+        !retx.is_empty() && !dup.is_empty(),
+        "retx {retx:?}, dup {dup:?}"
+    );
+    let nak = frames_marked(&r, "nak");
+    let missed: Vec<_> = naks.iter().filter(|f| !nak.contains(f)).collect();
+    assert!(missed.is_empty(), "NAKs not marked: {missed:?}");
+    let (op, qp, psn) = bth_of(&capture, naks[0]);
+    let c = &r["clicked"];
+    assert_eq!(c["bth"]["OpCode"], op.to_string(), "{c}");
+    assert_eq!(c["bth"]["DestQP"], qp.to_string());
+    assert_eq!(c["bth"]["PSN"], psn.to_string());
+    assert_eq!(c["icrc"], "verified");
+    assert_eq!(r["resources"], 0);
+    let shot = out_dir().join("rxe_netem_interop.png");
+    let url = format!("file://{}#frame={}", html.display(), naks[0]);
+    browse(
+        &browser,
+        &url,
+        &[
+            "--window-size=1500,1000",
+            &format!("--screenshot={}", shot.display()),
+        ],
+    );
+    eprintln!("screenshot: {}", shot.display());
+}
