@@ -106,7 +106,11 @@ fn all_sizes() {
         ("ib_write_lat", "write --lat"),
         ("ib_read_lat", "read --lat"),
     ] {
-        let outs = both_ways(tool, "-a -n 5", &format!("{ours} -a -n 5"));
+        // rxe's Local ACK timeout 2^18 x 4.096 us (1 s, with its backoff
+        // about 27 s without progress): the emulated guest serves an 8 MiB
+        // READ at some 16 MB/s and stalls for seconds when the host is
+        // busy, longer than the default 67 ms times its retries.
+        let outs = both_ways(tool, "-a -n 5", &format!("{ours} -a -n 5 -u 18"));
         if outs[0].is_empty() {
             return; // RXE_SKIP_INTEROP
         }
