@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use support::tools::{exec, have, lib_dir, serial};
+use support::tools::{dynamic_symbols, exec, exports, have, lib_dir, serial, versioned_imports};
 use support::{Finished, Rxe};
 
 const T: Duration = Duration::from_secs(120);
@@ -84,22 +84,9 @@ fn check_pingpong(f: &Finished, peer: &str, bytes: u64, iters: u64) {
 fn the_library_exports_what_debian_binaries_import() {
     let _serial = serial();
     let so = lib_dir().join("libibverbs.so");
-    let dump = |p: &Path| {
-        let out = Command::new("objdump")
-            .arg("-T")
-            .arg(p)
-            .output()
-            .expect("objdump runs");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let dump = |p: &Path| dynamic_symbols(p);
     let ours = dump(&so);
-    let exported = |name: &str, ver: &str| {
-        ours.lines().any(|l| {
-            !l.contains("*UND*")
-                && l.split_whitespace().last() == Some(name)
-                && (l.contains(&format!(" {ver} ")) || l.contains(&format!("({ver})")))
-        })
-    };
+    let exported = |name: &str, ver: &str| exports(&ours, name, ver);
     // The checked-in list, then whatever the installed binaries import now
     // (so that a distribution update is caught).
     let mut want: Vec<(String, String)> = include_str!("data/ibverbs-imports.txt")
@@ -119,17 +106,7 @@ fn the_library_exports_what_debian_binaries_import() {
     });
     bins.push("/usr/lib/x86_64-linux-gnu/librdmacm.so.1".into());
     for b in bins.iter().filter(|b| b.exists()) {
-        for l in dump(b)
-            .lines()
-            .filter(|l| l.contains("*UND*") && l.contains("IBVERBS_"))
-        {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            let (v, n) = (
-                f[f.len() - 2].trim_matches(|c| c == '(' || c == ')'),
-                f[f.len() - 1],
-            );
-            want.push((n.to_string(), v.to_string()));
-        }
+        want.extend(versioned_imports(&dump(b), "IBVERBS_"));
     }
     want.sort();
     want.dedup();

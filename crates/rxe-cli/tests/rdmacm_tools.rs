@@ -16,7 +16,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use support::tools::{exec, have, lib_dir, serial};
+use support::tools::{dynamic_symbols, exec, exports, have, lib_dir, serial, versioned_imports};
 use support::{Finished, Rxe};
 
 const T: Duration = Duration::from_secs(120);
@@ -27,18 +27,25 @@ const T: Duration = Duration::from_secs(120);
 /// the server's own output in a pipe, and a REQ long before `rdma_listen`
 /// would be rejected: IBTA REJ reason 8, invalid ServiceID).
 fn pair_args(srv: &str, server: &[&str], cli: &str, client: &[&str]) -> (Finished, Finished) {
-    let mut a = vec!["exec", "--ip", srv];
-    a.extend_from_slice(server);
-    let mut s = Rxe::spawn_with_env(&a, &[("RXE_LOG", "rxe_verbs::cm::id=info")]);
-    if !s.wait_for_stderr("CM listening", Duration::from_secs(30)) {
-        let f = s.finish(Duration::from_secs(5));
-        panic!("the server never listened: {f:#?}");
-    }
+    let mut s = listening(srv, server);
     let mut a = vec!["exec", "--ip", cli];
     a.extend_from_slice(client);
     let c = Rxe::spawn(&a).finish(T);
     let s = s.finish(T);
     (s, c)
+}
+
+/// `rxe exec --ip ADDR ARGS` (options, `--`, the program), once the
+/// library has logged that it listens.
+fn listening(addr: &str, args: &[&str]) -> Rxe {
+    let mut a = vec!["exec", "--ip", addr];
+    a.extend_from_slice(args);
+    let mut s = Rxe::spawn_with_env(&a, &[("RXE_LOG", "rxe_verbs::cm::id=info")]);
+    if !s.wait_for_stderr("CM listening", Duration::from_secs(30)) {
+        let f = s.finish(Duration::from_secs(5));
+        panic!("the server never listened: {f:#?}");
+    }
+    s
 }
 
 /// [`pair_args`] with programs and their arguments only.
@@ -71,22 +78,9 @@ fn both_complete(s: &Finished, c: &Finished) {
 fn the_library_exports_what_rdmacm_binaries_import() {
     let _serial = serial();
     let so = lib_dir().join("libibverbs.so");
-    let dump = |p: &Path| {
-        let out = Command::new("objdump")
-            .arg("-T")
-            .arg(p)
-            .output()
-            .expect("objdump runs");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let dump = |p: &Path| dynamic_symbols(p);
     let ours = dump(&so);
-    let exported = |name: &str, ver: &str| {
-        ours.lines().any(|l| {
-            !l.contains("*UND*")
-                && l.split_whitespace().last() == Some(name)
-                && (l.contains(&format!(" {ver} ")) || l.contains(&format!("({ver})")))
-        })
-    };
+    let exported = |name: &str, ver: &str| exports(&ours, name, ver);
     let mut want = Vec::new();
     for b in [
         "rping",
@@ -111,17 +105,7 @@ fn the_library_exports_what_rdmacm_binaries_import() {
         if !p.exists() {
             continue;
         }
-        for l in dump(&p)
-            .lines()
-            .filter(|l| l.contains("*UND*") && l.contains("RDMACM_"))
-        {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            let (v, n) = (
-                f[f.len() - 2].trim_matches(|c| c == '(' || c == ')'),
-                f[f.len() - 1],
-            );
-            want.push((n.to_string(), v.to_string()));
-        }
+        want.extend(versioned_imports(&dump(&p), "RDMACM_"));
     }
     want.sort();
     want.dedup();
@@ -380,21 +364,10 @@ fn a_connection_to_a_port_nobody_listens_on_is_rejected() {
     }
     // A device on .10 that listens on nothing but runs its CM (every
     // librdmacm program starts it): ucmatose's server on another port.
-    let mut s = Rxe::spawn_with_env(
-        &[
-            "exec",
-            "--ip",
-            "127.0.112.10",
-            "--",
-            "ucmatose",
-            "-b",
-            "127.0.112.10",
-            "-p",
-            "19305",
-        ],
-        &[("RXE_LOG", "rxe_verbs::cm::id=info")],
+    let s = listening(
+        "127.0.112.10",
+        &["--", "ucmatose", "-b", "127.0.112.10", "-p", "19305"],
     );
-    assert!(s.wait_for_stderr("CM listening", Duration::from_secs(30)));
     let c = exec(
         "127.0.112.11",
         "rping",

@@ -53,3 +53,35 @@ pub fn exec(addr: &str, prog: &str, args: &[&str]) -> Rxe {
     a.extend_from_slice(args);
     Rxe::spawn(&a)
 }
+
+/// `objdump -T` of an ELF file: its dynamic symbol table as text.
+pub fn dynamic_symbols(p: &Path) -> String {
+    let out = std::process::Command::new("objdump")
+        .arg("-T")
+        .arg(p)
+        .output()
+        .expect("objdump runs");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Whether a dump of [`dynamic_symbols`] defines `name` at version `ver`.
+pub fn exports(dump: &str, name: &str, ver: &str) -> bool {
+    dump.lines().any(|l| {
+        !l.contains("*UND*")
+            && l.split_whitespace().last() == Some(name)
+            && (l.contains(&format!(" {ver} ")) || l.contains(&format!("({ver})")))
+    })
+}
+
+/// The (name, version) pairs a dump imports at versions starting with
+/// `prefix` (`IBVERBS_`, `RDMACM_`).
+pub fn versioned_imports(dump: &str, prefix: &str) -> Vec<(String, String)> {
+    dump.lines()
+        .filter(|l| l.contains("*UND*") && l.contains(prefix))
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let v = f[f.len() - 2].trim_matches(|c| c == '(' || c == ')');
+            (f[f.len() - 1].to_string(), v.to_string())
+        })
+        .collect()
+}

@@ -92,7 +92,7 @@ impl CChannel {
                 continue;
             };
             // An event of an ID destroyed meanwhile is dropped.
-            if let Some(p) = cevent::to_c(self, e) {
+            if let Some(p) = cevent::to_c(e) {
                 return Ok(p);
             }
         }

@@ -7,7 +7,6 @@ use rxe_verbs::cm::{PeerConnParam, RdmaCmEvent, UdPeer, Unreachable, RDMA_UDP_QK
 use rxe_verbs_abi::rdmacm::*;
 use rxe_verbs_abi::{ibv_ah_attr, ibv_global_route};
 
-use super::channel::CChannel;
 use super::id::CId;
 use crate::handles::{self, Kind};
 
@@ -87,10 +86,9 @@ fn ud(data: &[u8], id: &CId, peer: Option<UdPeer>) -> rdma_cm_event_param {
     }
 }
 
-/// The C event for `e`, delivered on `ch`; `None` if the ID it is about
-/// was destroyed meanwhile.
-pub fn to_c(ch: &CChannel, e: RdmaCmEvent) -> Option<*mut rdma_cm_event> {
-    let _ = ch;
+/// The C event for `e`; `None` if the ID it is about was destroyed
+/// meanwhile.
+pub fn to_c(e: RdmaCmEvent) -> Option<*mut rdma_cm_event> {
     let (id, listen): (&'static CId, Option<&'static CId>) = match &e {
         RdmaCmEvent::ConnectRequest { id, listen_id, .. } => {
             let l = CId::of(listen_id)?;
