@@ -376,3 +376,101 @@ fn the_ack_timeout_option_sets_the_qps_timeout() {
     assert_eq!(id.qp_attrs().expect("attrs").timeout, 21);
     assert_eq!(child.qp_attrs().expect("attrs").timeout, 9);
 }
+
+/// A UD `RDMA_PS_UDP` ID bound to `ip` with its QP made by the CM.
+fn ud_id(n: &Node, ip: &str) -> (EventChannel, CmId, Qp) {
+    let ch = EventChannel::new();
+    let id = CmId::new(&ch, PortSpace::Udp).unwrap();
+    id.bind_addr(addr(&format!("{ip}:0"))).unwrap();
+    let qp = id
+        .create_qp(
+            &n.pd,
+            &QpInitAttr {
+                qp_type: QpType::Ud,
+                ..rc_attr(n)
+            },
+        )
+        .unwrap();
+    (ch, id, qp)
+}
+
+#[test]
+fn multicast_join_send_and_leave() {
+    let rx = cm_node("127.0.140.50");
+    let tx = cm_node("127.0.140.51");
+    let group: std::net::IpAddr = "239.140.0.50".parse().unwrap();
+    let (rch, rid, rqp) = ud_id(&rx, "127.0.140.50");
+    let (tch, tid, tqp) = ud_id(&tx, "127.0.140.51");
+    // Refusals first: not a group; leaving what was never joined; an
+    // unbound ID.
+    assert!(matches!(
+        rid.join_multicast("10.1.2.3".parse().unwrap(), false),
+        Err(cm::CmApiError::NotMulticast(_))
+    ));
+    assert!(matches!(
+        rid.leave_multicast(group),
+        Err(cm::CmApiError::NotJoined(_))
+    ));
+    let unbound = CmId::new(&EventChannel::new(), PortSpace::Udp).unwrap();
+    assert!(matches!(
+        unbound.join_multicast(group, false),
+        Err(cm::CmApiError::NotReady(_))
+    ));
+
+    rid.join_multicast(group, false).unwrap();
+    assert!(matches!(
+        rid.join_multicast(group, false),
+        Err(cm::CmApiError::AlreadyJoined(_))
+    ));
+    let RdmaCmEvent::MulticastJoin { av, ud, .. } = next(&rch) else {
+        panic!("no MulticastJoin")
+    };
+    assert_eq!(av.dgid, gid_of(group));
+    assert_eq!((ud.qp_num, ud.qkey), (0xff_ffff, cm::RDMA_UDP_QKEY));
+    // A send-only join attaches nothing: the sender's QP hears nothing.
+    tid.join_multicast(group, true).unwrap();
+    let RdmaCmEvent::MulticastJoin { av, ud, .. } = next(&tch) else {
+        panic!("no MulticastJoin")
+    };
+    let ah = tx
+        .pd
+        .create_ah(&AhAttr {
+            dgid: av.dgid,
+            sgid_index: av.sgid_index,
+            hop_limit: av.hop_limit,
+            port_num: 1,
+            ..Default::default()
+        })
+        .unwrap();
+    rqp.post_recv(RecvWr {
+        wr_id: 7,
+        sg_list: vec![rx.mr.sge(0, 1040)],
+    })
+    .unwrap();
+    tx.mr.write(0, b"to the group").unwrap();
+    tqp.post_send(SendWr {
+        ud: Some(ah.ud_dest(ud.qp_num, ud.qkey)),
+        ..wr(8, SendOp::Send, tx.mr.sge(0, 12))
+    })
+    .unwrap();
+    let got = rx.wait(1);
+    assert_eq!(
+        (got[0].wr_id, got[0].status, got[0].byte_len),
+        (7, WcStatus::Success, 52)
+    );
+    let mut data = [0u8; 12];
+    rx.mr.read(40, &mut data).unwrap();
+    assert_eq!(&data, b"to the group");
+    assert_eq!(tx.wait(1)[0].wr_id, 8);
+    assert_eq!(tx.dev.counter("drop_mcast_no_group"), 0);
+
+    // Leaving detaches the QP, so it can be destroyed; destroying the ID
+    // leaves what is still joined.
+    assert!(rqp.destroy().is_err(), "attached QPs cannot be destroyed");
+    rid.leave_multicast(group).unwrap();
+    assert!(rid.multicast_groups().is_empty());
+    rqp.destroy().unwrap();
+    tid.destroy().unwrap();
+    assert!(tid.multicast_groups().is_empty());
+    let _ = (rid, tqp);
+}

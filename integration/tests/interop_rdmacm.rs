@@ -3,7 +3,9 @@
 //! 10.99.0.1`), against the same binaries on the kernel's rdma_cm and
 //! Soft-RoCE in the reference guest, in both directions: rping (data
 //! checked by rping), ucmatose with several connections, udaddy (UD over
-//! SIDR), ib_write_bw/ib_read_bw/ib_send_bw -R, and rping again under
+//! SIDR), mckey (UD multicast: the kernel's rxe receiving what rxe sends
+//! to a group, and the other way), ib_write_bw/ib_read_bw/ib_send_bw -R,
+//! and rping again under
 //! netem loss, reordering and duplication. Both exit statuses
 //! must be 0 and each tool must print its result.
 //!
@@ -20,13 +22,23 @@ use rxe_integration::peer::*;
 /// listening" log line (`RXE_LOG`): (child, a receiver that says when it
 /// came).
 fn host_tool(cmd: &str, secs: u64) -> (std::process::Child, std::sync::mpsc::Receiver<()>) {
+    host_tool_ready(cmd, secs, "rxe_verbs::cm::id=info", "CM listening")
+}
+
+/// [`host_tool`] with another log filter and ready line.
+fn host_tool_ready(
+    cmd: &str,
+    secs: u64,
+    log: &str,
+    ready: &'static str,
+) -> (std::process::Child, std::sync::mpsc::Receiver<()>) {
     let mut child = Command::new("timeout")
         .arg(secs.to_string())
         .args(["ip", "netns", "exec", NETNS])
         .arg(rxe_bin())
         .args(["exec", "--ip", HOST_IP, "--"])
         .args(cmd.split_whitespace())
-        .env("RXE_LOG", "rxe_verbs::cm::id=info")
+        .env("RXE_LOG", log)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -38,7 +50,7 @@ fn host_tool(cmd: &str, secs: u64) -> (std::process::Child, std::sync::mpsc::Rec
     std::thread::spawn(move || {
         for l in BufReader::new(err).lines() {
             let Ok(l) = l else { break };
-            if l.contains("CM listening") {
+            if l.contains(ready) {
                 let _ = tx.send(());
             } else {
                 eprintln!("host: {l}");
@@ -68,7 +80,7 @@ fn guest_listens(port: u16) -> bool {
 fn guest_clean() {
     guest_exec(
         "for p in /proc/[0-9]*; do c=$(cat $p/comm 2>/dev/null); \
-         case \"$c\" in rping|ucmatose|udaddy|ib_*) kill ${p#/proc/};; esac; done; true",
+         case \"$c\" in rping|ucmatose|udaddy|mckey|ib_*) kill ${p#/proc/};; esac; done; true",
         20,
     );
 }
@@ -184,4 +196,70 @@ fn rping_under_loss_reordering_and_duplication() {
         "rdma-ping-19: ",
         2,
     );
+}
+
+/// Waits until the guest's kernel has joined IPv4 multicast `group` on
+/// some interface (`ip maddr`: the IGMP membership rdma_cm's join makes).
+fn guest_joined(group: &str) -> bool {
+    for _ in 0..60 {
+        let (_, out) = guest_exec("ip maddr show", 20);
+        if out.contains(group) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    false
+}
+
+#[test]
+#[ignore = "needs the reference peer: run scripts/interop.sh"]
+fn mckey_multicast_with_the_kernels_rdma_cm() {
+    if !require_peer() {
+        return;
+    }
+    let _turn = exclusive();
+    guest_clean();
+    // 1. The kernel's rxe receives (two QPs attached), rxe sends
+    //    (send-only join; mckey waits 3 s after joining before sending).
+    let group = "239.99.0.5";
+    let job = GuestJob::start(&format!("mckey -m {group} -b {GUEST_IP} -c 2 -C 10"));
+    assert!(
+        guest_joined(group),
+        "the guest's mckey did not join {group}"
+    );
+    let (child, _) = host_tool(&format!("mckey -m {group} -b {HOST_IP} -s -o -C 10"), 60);
+    let (hs, hout) = finish(child);
+    let (gs, gout) = job.wait(60);
+    assert!(
+        hs == 0 && gs == 0,
+        "rxe -> guest multicast: host exit {hs}, guest exit {gs}\n--- host (rxe):\n{hout}\n--- guest:\n{gout}"
+    );
+    for out in [&hout, &gout] {
+        assert!(out.contains("data transfers complete"), "{out}");
+    }
+    // 2. rxe receives (two QPs attached), the kernel's rxe sends.
+    let group = "239.99.0.6";
+    let (child, joined) = host_tool_ready(
+        &format!("mckey -m {group} -b {HOST_IP} -c 2 -C 10"),
+        60,
+        "rxe_net::port=info",
+        "multicast group joined",
+    );
+    assert!(
+        joined.recv_timeout(Duration::from_secs(30)).is_ok(),
+        "the host's mckey over rxe did not join {group}"
+    );
+    let (gs, gout) = guest_exec(&format!("mckey -m {group} -b {GUEST_IP} -s -o -C 10"), 60);
+    let (hs, hout) = finish(child);
+    assert!(
+        hs == 0 && gs == 0,
+        "guest -> rxe multicast: host exit {hs}, guest exit {gs}\n--- host (rxe):\n{hout}\n--- guest:\n{gout}"
+    );
+    for out in [&hout, &gout] {
+        assert!(out.contains("data transfers complete"), "{out}");
+        assert!(
+            out.contains(&format!("joined dgid: ::ffff:{group}")),
+            "{out}"
+        );
+    }
 }

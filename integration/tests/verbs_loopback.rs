@@ -1074,3 +1074,89 @@ fn inline_data_larger_than_the_cap_is_refused_at_post_time() {
         "{e}"
     );
 }
+
+#[test]
+fn ud_multicast_reaches_every_attached_qp_on_every_device() {
+    let a = Node::new("127.0.27.1");
+    let b = Node::new("127.0.27.2");
+    let c = Node::new("127.0.27.3");
+    let qa = a.qp(QpType::Ud);
+    let (qb1, qb2, qc) = (b.qp(QpType::Ud), b.qp(QpType::Ud), c.qp(QpType::Ud));
+    for q in [&qa, &qb1, &qb2, &qc] {
+        ud_up(q, 0x1111_1111, 0);
+    }
+    let mgid = gid_of("239.27.0.1".parse().unwrap());
+    for q in [&qb1, &qb2, &qc] {
+        q.attach_mcast(mgid).unwrap();
+    }
+    // Only UD QPs, only multicast GIDs.
+    let rc = b.qp(QpType::Rc);
+    assert!(rc.attach_mcast(mgid).is_err());
+    assert!(qb1.attach_mcast(b.gid()).is_err());
+    assert_eq!(b.dev.query_device().unwrap().max_mcast_qp_attach, 56);
+
+    qb1.post_recv(recv_wr(1, vec![b.mr.sge(0, 1040)])).unwrap();
+    qb2.post_recv(recv_wr(2, vec![b.mr.sge(2000, 1040)]))
+        .unwrap();
+    qc.post_recv(recv_wr(3, vec![c.mr.sge(0, 1040)])).unwrap();
+    let to_group =
+        a.pd.create_ah(&AhAttr {
+            dgid: mgid,
+            hop_limit: 1,
+            port_num: 1,
+            ..Default::default()
+        })
+        .unwrap();
+    let msg = pattern(700, 9);
+    a.mr.write(0, &msg).unwrap();
+    let send = |wr_id| SendWr {
+        ud: Some(to_group.ud_dest(rxe_core::transport::MULTICAST_QPN, 0x1111_1111)),
+        ..send_wr(wr_id, SendOp::Send, vec![a.mr.sge(0, 700)])
+    };
+    qa.post_send(send(10)).unwrap();
+    ok(&a.wait(1));
+    let mut wb = b.wait(2);
+    ok(&wb);
+    wb.sort_by_key(|w| w.wr_id);
+    assert_eq!(
+        wb.iter()
+            .map(|w| (w.wr_id, w.qp_num, w.src_qp, w.byte_len))
+            .collect::<Vec<_>>(),
+        [
+            (1, qb1.qp_num(), qa.qp_num(), 740),
+            (2, qb2.qp_num(), qa.qp_num(), 740)
+        ]
+    );
+    let wc = c.wait(1);
+    ok(&wc);
+    assert_eq!((wc[0].qp_num, wc[0].byte_len), (qc.qp_num(), 740));
+    for (node, at) in [(&b, 0), (&b, 2000), (&c, 0)] {
+        let mut grh = [0u8; 40];
+        node.mr.read(at, &mut grh).unwrap();
+        assert_eq!(&grh[32..36], &[127, 0, 27, 1], "source address");
+        assert_eq!(
+            &grh[36..40],
+            &[239, 27, 0, 1],
+            "the group is the destination"
+        );
+        let mut got = vec![0u8; 700];
+        node.mr.read(at + 40, &mut got).unwrap();
+        assert_eq!(got, msg);
+    }
+    assert_eq!(b.dev.counter("rcvd_mcast_copies"), 2);
+
+    // Destroy is refused while attached (EBUSY, as the kernel's).
+    assert!(matches!(qb2.destroy(), Err(VerbsError::Busy { .. })));
+    // B's QPs leave (B leaves the group on the host); C still hears it.
+    qb1.detach_mcast(mgid).unwrap();
+    qb2.detach_mcast(mgid).unwrap();
+    assert!(qb2.detach_mcast(mgid).is_err(), "detached twice");
+    qb1.post_recv(recv_wr(4, vec![b.mr.sge(0, 1040)])).unwrap();
+    qc.post_recv(recv_wr(5, vec![c.mr.sge(0, 1040)])).unwrap();
+    qa.post_send(send(11)).unwrap();
+    ok(&a.wait(1));
+    assert_eq!(c.wait(1)[0].wr_id, 5);
+    assert_quiet(&b.cq, Duration::from_millis(200));
+    qb2.destroy().unwrap();
+    qc.detach_mcast(mgid).unwrap();
+}

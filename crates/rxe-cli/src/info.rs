@@ -128,16 +128,20 @@ pub fn write_device(out: &mut impl Write, dev: &Device, verbose: bool) -> Result
             AtomicCap::Glob => "ATOMIC_GLOB (2)",
         };
         writeln!(out, "\tatomic_cap:\t\t\t{atomic}")?;
-        // rxe has no end-to-end contexts, memory windows, raw QPs or
-        // multicast: zero, as ibv_devinfo shows for a device without them.
+        // rxe has no end-to-end contexts, memory windows or raw QPs: zero,
+        // as ibv_devinfo shows for a device without them.
         writeln!(out, "\tmax_ee:\t\t\t\t0")?;
         writeln!(out, "\tmax_rdd:\t\t\t0")?;
         writeln!(out, "\tmax_mw:\t\t\t\t0")?;
         writeln!(out, "\tmax_raw_ipv6_qp:\t\t0")?;
         writeln!(out, "\tmax_raw_ethy_qp:\t\t0")?;
-        writeln!(out, "\tmax_mcast_grp:\t\t\t0")?;
-        writeln!(out, "\tmax_mcast_qp_attach:\t\t0")?;
-        writeln!(out, "\tmax_total_mcast_qp_attach:\t0")?;
+        writeln!(out, "\tmax_mcast_grp:\t\t\t{}", a.max_mcast_grp)?;
+        writeln!(out, "\tmax_mcast_qp_attach:\t\t{}", a.max_mcast_qp_attach)?;
+        writeln!(
+            out,
+            "\tmax_total_mcast_qp_attach:\t{}",
+            a.max_total_mcast_qp_attach
+        )?;
         writeln!(out, "\tmax_ah:\t\t\t\t{}", a.max_ah)?;
         writeln!(out, "\tmax_fmr:\t\t\t0")?;
         writeln!(out, "\tmax_srq:\t\t\t{}", a.max_srq)?;

@@ -324,6 +324,78 @@ fn udaddy_resolves_ud_services_with_sidr() {
     both_complete(&s, &c);
 }
 
+/// `rxe exec --ip ADDR -- mckey ARGS`, once its device has joined the
+/// multicast group on the host.
+fn mckey_joined(addr: &str, args: &[&str]) -> Rxe {
+    let mut a = vec!["exec", "--ip", addr, "--", "mckey"];
+    a.extend_from_slice(args);
+    let mut r = Rxe::spawn_with_env(&a, &[("RXE_LOG", "rxe_net::port=info")]);
+    if !r.wait_for_stderr("multicast group joined", Duration::from_secs(30)) {
+        let f = r.finish(Duration::from_secs(5));
+        panic!("mckey never joined: {f:#?}");
+    }
+    r
+}
+
+#[test]
+fn mckey_multicasts_to_every_attached_qp_of_every_device() {
+    let _serial = serial();
+    if !have("mckey") {
+        return;
+    }
+    // Two receiving processes (devices): one with two IDs, so two UD QPs
+    // of one device attached to the group, each wanting all 8 messages;
+    // then a send-only sender on a third device.
+    let group = "239.7.112.20";
+    let mut a = mckey_joined(
+        "127.0.112.20",
+        &["-m", group, "-b", "127.0.112.20", "-c", "2", "-C", "8"],
+    );
+    let mut b = mckey_joined(
+        "127.0.112.21",
+        &["-m", group, "-b", "127.0.112.21", "-C", "8"],
+    );
+    let mut args = vec!["exec", "--ip", "127.0.112.22", "--pcap"];
+    let dir = std::env::temp_dir().join(format!("rxe-mckey-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pcap = dir.join("sender.pcap");
+    let pcap_s = pcap.to_str().unwrap().to_string();
+    args.push(&pcap_s);
+    args.extend_from_slice(&[
+        "--",
+        "mckey",
+        "-m",
+        group,
+        "-b",
+        "127.0.112.22",
+        "-s",
+        "-o",
+        "-C",
+        "8",
+    ]);
+    let s = Rxe::spawn(&args).finish(T);
+    let (a, b) = (a.finish(T), b.finish(T));
+    for f in [&s, &a, &b] {
+        assert!(f.ok(), "{f:#?}");
+        let t = f.text();
+        assert!(t.contains("joined dgid: ::ffff:239.7.112.20"), "{f:#?}");
+        assert!(t.contains("data transfers complete"), "{f:#?}");
+        assert!(t.contains("return status 0"), "{f:#?}");
+    }
+    // On the wire: UD SENDs to the group's address and QPN 0xFFFFFF, with
+    // the CM's Q_Key, as rxe dissect reads them.
+    let d = Command::new(env!("CARGO_BIN_EXE_rxe"))
+        .args(["dissect", &pcap_s])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&d.stdout);
+    let sends = text.matches("239.7.112.20").count();
+    assert!(sends >= 8, "{text}");
+    assert!(text.contains("0xffffff"), "{text}");
+    assert!(text.to_lowercase().contains("0x1234567"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn perftest_runs_over_the_rdma_cm() {
     let _serial = serial();

@@ -2,7 +2,7 @@
 //! device paths), the `*_str` strings (the texts users know from
 //! rdma-core), rate conversions, fork handling (nothing to do: rxe pins
 //! nothing), the kernel-struct copies librdmacm uses, and what rxe does
-//! not have (multicast, importing objects of another process, L2 address
+//! not have (importing objects of another process, L2 address
 //! resolution), which fail with EOPNOTSUPP.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
@@ -395,17 +395,6 @@ export! {"IBVERBS_1.0" fn ibv_copy_path_rec_to_kern(dst: *mut ib_user_path_rec, 
     };
     // SAFETY: the caller's out struct.
     unsafe { dst.write(d) };
-}}
-
-export! {"IBVERBS_1.1" fn ibv_attach_mcast(qp: *mut ibv_qp, gid: *const [u8; 16], lid: u16) -> c_int, fail = libc::EIO, {
-    // rxe has no multicast yet; perftest uses it only with -M.
-    let _ = (qp, gid, lid);
-    libc::EOPNOTSUPP
-}}
-
-export! {"IBVERBS_1.1" fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const [u8; 16], lid: u16) -> c_int, fail = libc::EIO, {
-    let _ = (qp, gid, lid);
-    libc::EOPNOTSUPP
 }}
 
 export! {"IBVERBS_1.1" fn ibv_resolve_eth_l2_from_gid(context: *mut ibv_context, attr: *mut ibv_ah_attr, eth_mac: *mut u8, vid: *mut u16) -> c_int, fail = libc::EIO, {

@@ -6,7 +6,7 @@
 //! `ibv_get_cq_event` return -1 with errno set; functions returning a
 //! pointer return NULL with errno set. Each export follows its own.
 
-use rxe_core::transport::PostError;
+use rxe_core::transport::{EndpointError, McastError, PostError};
 use rxe_verbs::VerbsError;
 
 /// Sets the calling thread's `errno`.
@@ -48,6 +48,8 @@ pub fn errno_of(e: &VerbsError) -> i32 {
         // A full work queue is ENOMEM, as kernel rxe's provider says.
         VerbsError::Post(PostError::QueueFull { .. }) => libc::ENOMEM,
         VerbsError::Post(_) => libc::EINVAL,
+        VerbsError::Endpoint(EndpointError::McastAttached(_)) => libc::EBUSY,
+        VerbsError::Endpoint(EndpointError::Mcast(McastError::Limit(_))) => libc::ENOMEM,
         VerbsError::Modify(_) | VerbsError::Endpoint(_) => libc::EINVAL,
         VerbsError::Memory(_) => libc::EINVAL,
     }

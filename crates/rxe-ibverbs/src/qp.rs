@@ -11,7 +11,7 @@ use rxe_verbs_abi::*;
 use crate::async_events::{Element, EventCount};
 use crate::conv::{self, CSendWr};
 use crate::cq::Cq;
-use crate::errno::{errno_of, set_errno};
+use crate::errno::{errno_of, fail, set_errno};
 use crate::handles::{self, Kind};
 use crate::pd::Pd;
 use crate::srq::Srq;
@@ -218,6 +218,35 @@ export! {"IBVERBS_1.1" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int, fail = libc:
     // SAFETY: Box::into_raw'd by create, no longer a live handle.
     drop(unsafe { Box::from_raw(qp.cast::<Qp>()) });
     0
+}}
+
+export! {"IBVERBS_1.1" fn ibv_attach_mcast(qp: *mut ibv_qp, gid: *const [u8; 16], lid: u16) -> c_int, fail = libc::EIO, {
+    // The MLID names nothing on RoCE (the kernel ignores it there too).
+    let _ = lid;
+    let Some(q) = Qp::from_ibv(qp) else { return libc::EINVAL };
+    if gid.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: the caller's `union ibv_gid`, 16 bytes, any alignment.
+    let mgid = unsafe { gid.read_unaligned() };
+    match q.inner.attach_mcast(mgid) {
+        Ok(()) => 0,
+        Err(e) => fail(&e),
+    }
+}}
+
+export! {"IBVERBS_1.1" fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const [u8; 16], lid: u16) -> c_int, fail = libc::EIO, {
+    let _ = lid;
+    let Some(q) = Qp::from_ibv(qp) else { return libc::EINVAL };
+    if gid.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: as in ibv_attach_mcast.
+    let mgid = unsafe { gid.read_unaligned() };
+    match q.inner.detach_mcast(mgid) {
+        Ok(()) => 0,
+        Err(e) => fail(&e),
+    }
 }}
 
 export! {"IBVERBS_1.6" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex, fail = std::ptr::null_mut(), {

@@ -105,9 +105,16 @@ impl NetPort {
         self.udp_port
     }
 
-    /// Opens a socket on `ip` (a no-op if there is one). Fails as
+    /// Opens a socket on local address `ip` (a no-op if there is one; a
+    /// multicast group is [`NetPort::join_group`]'s). Fails as
     /// [`RoceSocket::bind`] does: `AddrInUse`, `AddrNotAvailable` ...
     pub fn add_address(&self, ip: IpAddr) -> io::Result<()> {
+        if ip.is_multicast() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{ip} is a multicast group, not a local address"),
+            ));
+        }
         {
             let mut socks = self.sockets.write().unwrap_or_else(PoisonError::into_inner);
             if socks.iter().any(|s| s.local_addr().ip() == ip) {
@@ -143,14 +150,65 @@ impl NetPort {
         removed
     }
 
-    /// The local addresses, in the order they were added.
+    /// Starts receiving multicast `group`: a socket bound to it, joined on
+    /// the host on the interface of the port's first address of the
+    /// group's family (a no-op if the port receives it already). Its
+    /// datagrams reach the engine with the group as destination GID.
+    pub fn join_group(&self, group: IpAddr) -> io::Result<()> {
+        {
+            let mut socks = self.sockets.write().unwrap_or_else(PoisonError::into_inner);
+            if socks.iter().any(|s| s.local_addr().ip() == group) {
+                return Ok(());
+            }
+            let member_of = socks
+                .iter()
+                .map(|s| s.local_addr().ip())
+                .find(|ip| !ip.is_multicast() && ip.is_ipv4() == group.is_ipv4())
+                .ok_or_else(|| {
+                    io::Error::new(
+                        io::ErrorKind::AddrNotAvailable,
+                        format!("no local address of {group}'s family to join it on"),
+                    )
+                })?;
+            let s = RoceSocket::bind_group(group, self.udp_port, member_of)?;
+            tracing::info!(%group, %member_of, "multicast group joined");
+            socks.push(Arc::new(s));
+            self.generation.fetch_add(1, Ordering::AcqRel);
+        }
+        self.wake_driver();
+        Ok(())
+    }
+
+    /// Stops receiving multicast `group` (closing its socket leaves the
+    /// group on the host); whether the port was receiving it.
+    pub fn leave_group(&self, group: IpAddr) -> bool {
+        if !group.is_multicast() {
+            return false;
+        }
+        let left = self.remove_address(group);
+        if left {
+            tracing::info!(%group, "multicast group left");
+        }
+        left
+    }
+
+    /// The multicast groups the port receives.
+    pub fn groups(&self) -> Vec<IpAddr> {
+        self.socket_ips().filter(IpAddr::is_multicast).collect()
+    }
+
+    /// The local (unicast) addresses, in the order they were added.
     pub fn addresses(&self) -> Vec<IpAddr> {
-        self.sockets
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.socket_ips().filter(|ip| !ip.is_multicast()).collect()
+    }
+
+    fn socket_ips(&self) -> impl Iterator<Item = IpAddr> {
+        let socks = self.sockets.read().unwrap_or_else(PoisonError::into_inner);
+        socks
             .iter()
             .map(|s| s.local_addr().ip())
-            .collect()
+            .collect::<Vec<_>>()
+            .into_iter()
     }
 
     /// The sockets (the driver registers them for readiness).

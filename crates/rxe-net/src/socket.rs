@@ -99,6 +99,53 @@ impl RoceSocket {
     /// module doc). A port in use fails with `ErrorKind::AddrInUse`, an
     /// address that is not local with `ErrorKind::AddrNotAvailable`.
     pub fn bind(ip: IpAddr, port: u16) -> io::Result<RoceSocket> {
+        let s = RoceSocket::open(ip, port, |_| Ok(()))?;
+        // Multicast sends leave by this address's interface, never by
+        // the default route (IP_MULTICAST_IF / IPV6_MULTICAST_IF).
+        match ip {
+            IpAddr::V4(v4) => s.socket.set_multicast_if_v4(&v4),
+            IpAddr::V6(_) => s.socket.set_multicast_if_v6(interface_index(ip)),
+        }
+        .map_err(|e| context(e, format_args!("multicast interface of {}", s.local)))?;
+        Ok(s)
+    }
+
+    /// A socket that receives what is sent to multicast `group` (port
+    /// `port`), joined on the host (IGMP/MLD) on the interface that holds
+    /// `member_of`, a local address. Several such sockets, of several
+    /// devices, may be bound to one group: each gets every datagram, as
+    /// each NIC on a switch would.
+    pub fn bind_group(group: IpAddr, port: u16, member_of: IpAddr) -> io::Result<RoceSocket> {
+        if !group.is_multicast() || group.is_ipv4() != member_of.is_ipv4() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{group} is not a multicast group of {member_of}'s family"),
+            ));
+        }
+        RoceSocket::open(group, port, |socket| {
+            socket.set_reuse_address(true)?;
+            match (group, member_of) {
+                (IpAddr::V4(g), IpAddr::V4(via)) => {
+                    socket.join_multicast_v4(&g, &via)?;
+                    // Only the groups this socket joined (bound to one anyway).
+                    socket.set_multicast_all_v4(false)
+                }
+                (IpAddr::V6(g), _) => {
+                    socket.join_multicast_v6(&g, interface_index(member_of))?;
+                    socket.set_multicast_all_v6(false)
+                }
+                _ => Ok(()),
+            }
+            .map_err(|e| context(e, format_args!("joining {group} on {member_of}")))
+        })
+    }
+
+    /// Opens the socket, sets it up for RoCEv2, runs `before_bind`, binds.
+    fn open(
+        ip: IpAddr,
+        port: u16,
+        before_bind: impl FnOnce(&Socket) -> io::Result<()>,
+    ) -> io::Result<RoceSocket> {
         let local = match ip {
             // A link-local address is bound on its interface (untested here:
             // the tests stay on loopback, which has none).
@@ -143,6 +190,7 @@ impl RoceSocket {
             }
         }
         let (recv_buffer, send_buffer) = size_buffers(&socket);
+        before_bind(&socket)?;
         socket
             .bind(&SockAddr::from(local))
             .map_err(|e| context(e, format_args!("bind {local}")))?;
@@ -330,6 +378,11 @@ thread_local! {
     /// Per thread and address family (index 0 IPv4, 1 IPv6): see the module doc.
     static SEND_HEADERS: RefCell<[Option<MultiHeaders<SockaddrStorage>>; 2]> = const { RefCell::new([None, None]) };
     static RECV_HEADERS: RefCell<[Option<MultiHeaders<SockaddrStorage>>; 2]> = const { RefCell::new([None, None]) };
+}
+
+/// The index of the interface that holds `ip` (0, "any", if none does).
+fn interface_index(ip: IpAddr) -> u32 {
+    crate::netif::interface_for_addr(ip).map_or(0, |i| i.index)
 }
 
 fn socket_addr(a: &SockaddrStorage) -> Option<SocketAddr> {

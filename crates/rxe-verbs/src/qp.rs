@@ -262,10 +262,50 @@ impl Qp {
         Ok(())
     }
 
+    /// `ibv_attach_mcast`: this UD QP receives what is sent to multicast
+    /// group `mgid` (an IPv4-mapped multicast address or an IPv6 one). The
+    /// first QP of the device to attach makes the device join the group on
+    /// the host (IGMP/MLD), so that the kernel delivers its datagrams.
+    pub fn attach_mcast(&self, mgid: [u8; 16]) -> Result<()> {
+        self.check_live()?;
+        let qpn = self.shared.qpn;
+        let mut e = self.pd.dev.lock();
+        if e.ep.attach_mcast(qpn, mgid)? {
+            let group = rxe_net::netif::ip_of_gid(mgid);
+            if let Err(err) = self.pd.dev.net.join_group(group) {
+                // Nothing half done: the attach is undone.
+                let _ = e.ep.detach_mcast(qpn, mgid);
+                return Err(err.into());
+            }
+        }
+        Ok(())
+    }
+
+    /// `ibv_detach_mcast`: the last QP of the device to leave a group makes
+    /// the device leave it on the host.
+    pub fn detach_mcast(&self, mgid: [u8; 16]) -> Result<()> {
+        self.check_live()?;
+        let mut e = self.pd.dev.lock();
+        if e.ep.detach_mcast(self.shared.qpn, mgid)? {
+            self.pd.dev.net.leave_group(rxe_net::netif::ip_of_gid(mgid));
+        }
+        Ok(())
+    }
+
     /// `ibv_destroy_qp`: outstanding work is dropped without completions.
+    /// Refused (EBUSY, as the kernel's) while the QP is attached to a
+    /// multicast group.
     pub fn destroy(&self) -> Result<()> {
         self.check_live()?;
         let mut e = self.pd.dev.lock();
+        let groups = e.ep.mcast_groups_of(self.shared.qpn).len();
+        if groups > 0 {
+            return Err(VerbsError::Busy {
+                kind: ObjectKind::Qp,
+                users: groups,
+                what: "multicast groups it is attached to",
+            });
+        }
         if self.shared.destroyed.swap(true, Ordering::AcqRel) {
             return Err(VerbsError::Destroyed(ObjectKind::Qp));
         }

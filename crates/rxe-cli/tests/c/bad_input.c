@@ -201,6 +201,28 @@ int main(void)
 		CHECK(ibv_destroy_cq(ibv_cq_ex_to_cq(cqx)) == 0, "destroy cq_ex");
 	}
 
+	/* Multicast: UD QPs only, multicast GIDs only; attached, a QP cannot
+	 * be destroyed (EBUSY, as the kernel's ib_destroy_qp). */
+	{
+		union ibv_gid mgid = { .raw = { [10] = 0xff, [11] = 0xff, 239, 9, 9, 9 } };
+		union ibv_gid ucast = { .raw = { [10] = 0xff, [11] = 0xff, 127, 0, 0, 1 } };
+		struct ibv_qp_init_attr ua = ia;
+		ua.qp_type = IBV_QPT_UD;
+		struct ibv_qp *ud = ibv_create_qp(pd, &ua);
+		CHECK(ud, "ud qp");
+		struct ibv_device_attr da;
+		CHECK(ibv_query_device(ctx, &da) == 0 && da.max_mcast_grp > 0 && da.max_mcast_qp_attach > 0
+		      && da.max_total_mcast_qp_attach >= da.max_mcast_qp_attach, "multicast limits");
+		CHECK(ibv_attach_mcast(qp, &mgid, 0) == EINVAL, "attach an RC QP");
+		CHECK(ud && ibv_attach_mcast(ud, &ucast, 0) == EINVAL, "attach to a unicast GID");
+		CHECK(ud && ibv_detach_mcast(ud, &mgid, 0) == EINVAL, "detach what is not attached");
+		CHECK(ud && ibv_attach_mcast(ud, &mgid, 0) == 0, "attach");
+		CHECK(ud && ibv_attach_mcast(ud, &mgid, 0) == 0, "attach twice: one copy, no error");
+		CHECK(ud && ibv_destroy_qp(ud) == EBUSY, "destroy while attached");
+		CHECK(ud && ibv_detach_mcast(ud, &mgid, 0) == 0, "detach");
+		CHECK(ud && ibv_destroy_qp(ud) == 0, "destroy after detach");
+	}
+
 	CHECK(ibv_destroy_qp(qp) == 0, "destroy qp");
 	CHECK(ibv_destroy_qp(qp) == EINVAL, "destroy qp twice");
 	CHECK(ibv_destroy_cq(cq) == 0, "destroy cq");

@@ -66,6 +66,8 @@ counters! {
     RdmaSends => "rdma_sends",
     /// SEND messages received.
     RdmaRecvs => "rdma_recvs",
+    /// Copies of multicast packets handed to attached QPs (one per QP).
+    RcvdMcastCopies => "rcvd_mcast_copies",
     /// Dropped: fewer bytes than a header needs.
     DropTruncated => "drop_truncated",
     /// Dropped: a field with a value not allowed there.
@@ -96,6 +98,9 @@ counters! {
     DropMalformed => "drop_malformed",
     /// Dropped: no QP with the packet's destination QPN.
     DropUnknownQp => "drop_unknown_qp",
+    /// Dropped: a multicast packet (QPN 0xFFFFFF) for a group no QP of
+    /// the port is attached to.
+    DropMcastNoGroup => "drop_mcast_no_group",
     /// Dropped: the opcode's transport is not the QP's type.
     DropWrongTransport => "drop_wrong_transport",
     /// Dropped: the QP is in a state that does not receive.

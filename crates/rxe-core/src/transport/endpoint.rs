@@ -20,6 +20,7 @@ use super::counters::{Counter, Counters};
 use super::error::{EndpointError, PostError};
 use super::io::{RecvMeta, Transmit};
 use super::memory::MemoryAccess;
+use super::multicast::{McastGroups, MULTICAST_QPN};
 use super::qp::{
     modify, AsyncEvent, AttrMask, QpAttr, QpCaps, QpCommon, QpConfig, QpInit, QpState, QpType,
 };
@@ -27,7 +28,7 @@ use super::recv::{Responder, Srq, SrqAttr, SrqInit};
 use super::send::Requester;
 use super::time::Instant;
 use super::wr::{RecvWr, SendWr, WorkCompletion};
-use crate::wire::{Transport, TransportRepr};
+use crate::wire::{Transport, TransportPacket, TransportRepr};
 
 /// The QPN of the general services interface (IBTA 3.5.1).
 pub const GSI_QPN: u32 = 1;
@@ -79,6 +80,8 @@ pub struct Endpoint {
     deadline: HashMap<u32, Instant>,
     completions: VecDeque<WorkCompletion>,
     events: VecDeque<AsyncEvent>,
+    /// Multicast GID -> the UD QPs attached to it.
+    mcast: McastGroups,
 }
 
 impl Endpoint {
@@ -99,6 +102,7 @@ impl Endpoint {
             deadline: HashMap::new(),
             completions: VecDeque::new(),
             events: VecDeque::new(),
+            mcast: McastGroups::new(),
         }
     }
 
@@ -198,6 +202,11 @@ impl Endpoint {
     /// waits for Last WQE Reached before destroying, as it should, never
     /// has one).
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), EndpointError> {
+        // The kernel's ib_destroy_qp refuses (EBUSY) a QP still attached
+        // to a multicast group: the application detaches first.
+        if self.mcast.is_attached(qpn) {
+            return Err(EndpointError::McastAttached(qpn));
+        }
         let mut qp = self.qps.remove(&qpn).ok_or(EndpointError::NoSuchQp(qpn))?;
         if let Some(srq) = qp.common.init.srq.and_then(|n| self.srqs.get_mut(&n)) {
             if let Some(wr) = qp.resp.take_in_progress_recv() {
@@ -208,6 +217,33 @@ impl Endpoint {
         self.set_deadline(qpn, None);
         self.ready.retain(|q| *q != qpn);
         Ok(())
+    }
+
+    /// Attaches UD QP `qpn` to the multicast group `mgid`
+    /// (`ibv_attach_mcast`). `Ok(true)`: the port had no member of that
+    /// group before, so the device must now receive it (join it on the
+    /// host).
+    pub fn attach_mcast(&mut self, qpn: u32, mgid: [u8; 16]) -> Result<bool, EndpointError> {
+        let qp = self.qps.get(&qpn).ok_or(EndpointError::NoSuchQp(qpn))?;
+        let t = qp.common.qp_type();
+        if t != QpType::Ud {
+            return Err(EndpointError::McastNotUd(t));
+        }
+        Ok(self.mcast.attach(mgid, qpn)?)
+    }
+
+    /// Detaches QP `qpn` from `mgid` (`ibv_detach_mcast`). `Ok(true)`: that
+    /// was the group's last member on this port (leave it on the host).
+    pub fn detach_mcast(&mut self, qpn: u32, mgid: [u8; 16]) -> Result<bool, EndpointError> {
+        if !self.qps.contains_key(&qpn) {
+            return Err(EndpointError::NoSuchQp(qpn));
+        }
+        Ok(self.mcast.detach(mgid, qpn)?)
+    }
+
+    /// The multicast groups QP `qpn` is attached to.
+    pub fn mcast_groups_of(&self, qpn: u32) -> Vec<[u8; 16]> {
+        self.mcast.groups_of(qpn)
     }
 
     /// The QP's configuration (`ibv_query_qp`).
@@ -380,7 +416,50 @@ impl Endpoint {
             Err(e) => return self.counters.record_drop(&e),
         };
         let bth = pkt.repr.bth;
-        let Some(qp) = self.qps.get_mut(&bth.dest_qp) else {
+        if bth.dest_qp == MULTICAST_QPN {
+            return self.handle_multicast(now, meta, &pkt, mem);
+        }
+        self.deliver(bth.dest_qp, now, meta, &pkt, mem);
+    }
+
+    /// A packet for the permissive QPN: a copy for each QP attached to the
+    /// group its destination GID names, each checked as a unicast
+    /// datagram (multicast module docs).
+    fn handle_multicast(
+        &mut self,
+        now: Instant,
+        meta: &RecvMeta,
+        pkt: &TransportPacket<'_>,
+        mem: &mut dyn MemoryAccess,
+    ) {
+        // Only UD packets may be multicast; QPN 0xFFFFFF is no QP's.
+        if pkt.info.transport != Transport::Ud {
+            return self.counters.inc(Counter::DropUnknownQp);
+        }
+        let members = self.mcast.take_members(&meta.dgid);
+        if members.is_empty() {
+            self.mcast.put_back(&meta.dgid, members);
+            return self.counters.inc(Counter::DropMcastNoGroup);
+        }
+        for &qpn in &members {
+            self.counters.inc(Counter::RcvdMcastCopies);
+            self.deliver(qpn, now, meta, pkt, mem);
+        }
+        self.mcast.put_back(&meta.dgid, members);
+    }
+
+    /// The checks common to every QP, then the packet to QP `qpn`'s
+    /// responder (requests) or completer (responses).
+    fn deliver(
+        &mut self,
+        qpn: u32,
+        now: Instant,
+        meta: &RecvMeta,
+        pkt: &TransportPacket<'_>,
+        mem: &mut dyn MemoryAccess,
+    ) {
+        let bth = pkt.repr.bth;
+        let Some(qp) = self.qps.get_mut(&qpn) else {
             return self.counters.inc(Counter::DropUnknownQp);
         };
         let c = &mut qp.common;
@@ -426,14 +505,13 @@ impl Endpoint {
                 now,
                 meta,
                 pkey_index as u16,
-                &pkt,
+                pkt,
                 mem,
             );
         } else {
-            qp.req
-                .handle_response(c, &mut self.counters, now, &pkt, mem);
+            qp.req.handle_response(c, &mut self.counters, now, pkt, mem);
         }
-        self.after(bth.dest_qp);
+        self.after(qpn);
     }
 
     /// The next packet to send, written to `buf` (which should hold the

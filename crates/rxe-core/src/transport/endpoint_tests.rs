@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::transport::memory::{Key, VecMemory};
+use crate::transport::multicast::McastError;
 use crate::transport::qp::{AccessFlags, AddressVector, PathMtu};
 use crate::transport::wr::{Sge, WcOpcode, WcStatus, WorkQueue};
 use crate::transport::{test_packet, Psn};
@@ -567,4 +568,97 @@ fn pkey_matching_rule() {
     assert!(!pkeys_match(0x7fff, 0x7fff)); // two limited members
     assert!(!pkeys_match(0xffff, 0x8001)); // other partition
     assert!(!pkeys_match(0x8000, 0x8000)); // the invalid P_Key
+}
+
+/// A UD SEND to the permissive QPN for group `mgid`, Q_Key `qkey`.
+fn mcast_send(ep: &mut Endpoint, mem: &mut VecMemory, mgid: [u8; 16], qkey: u32, data: &[u8]) {
+    let meta = RecvMeta::between([0; 16], mgid);
+    let ext = ExtReprs {
+        deth: Some(DethRepr { qkey, src_qp: 0x77 }),
+        ..Default::default()
+    };
+    let pkt = request(MULTICAST_QPN, Opcode::UD_SEND_ONLY, 0, ext, data);
+    ep.handle(Instant::ZERO, &meta, &pkt, mem);
+}
+
+fn mapped_v4(a: [u8; 4]) -> [u8; 16] {
+    let mut g = [0; 16];
+    g[10..12].copy_from_slice(&[0xff, 0xff]);
+    g[12..].copy_from_slice(&a);
+    g
+}
+
+#[test]
+fn a_multicast_packet_reaches_every_attached_ud_qp_once_each() {
+    let mut ep = Endpoint::new(QpCaps::default());
+    let (rc, ud1) = setup_on(&mut ep, None);
+    let (_, ud2) = setup_on(&mut ep, None);
+    let (_, ud3) = setup_on(&mut ep, None);
+    let mut mem = VecMemory::new();
+    let k = mem
+        .register_bytes(1, 0x1000, vec![0; 3 * 256], AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    for (i, qpn) in [ud1, ud2, ud3].into_iter().enumerate() {
+        let va = 0x1000 + 256 * i as u64;
+        ep.post_recv(qpn, rwr(i as u64, k, va, 256)).unwrap();
+    }
+    let g = mapped_v4([239, 1, 2, 3]);
+    assert_eq!(ep.attach_mcast(ud1, g), Ok(true));
+    assert_eq!(ep.attach_mcast(ud2, g), Ok(false));
+    // Twice attached, still one copy (ibv_attach_mcast(3)).
+    assert_eq!(ep.attach_mcast(ud2, g), Ok(false));
+    assert_eq!(
+        ep.attach_mcast(rc, g),
+        Err(EndpointError::McastNotUd(QpType::Rc))
+    );
+    assert_eq!(
+        ep.attach_mcast(ud3, mapped_v4([10, 0, 0, 1])),
+        Err(EndpointError::Mcast(McastError::NotMulticast))
+    );
+    mcast_send(&mut ep, &mut mem, g, 0x1111, b"hello group");
+    let got: Vec<_> = completions(&mut ep)
+        .iter()
+        .map(|w| (w.wr_id, w.qp_num, w.status, w.byte_len, w.src_qp))
+        .collect();
+    let ok = WcStatus::Success;
+    assert_eq!(got, [(0, ud1, ok, 51, 0x77), (1, ud2, ok, 51, 0x77)]);
+    let b = mem.bytes(k).unwrap();
+    assert_eq!(&b[40..51], b"hello group");
+    assert_eq!(&b[256 + 40..256 + 51], b"hello group");
+    assert_eq!(&b[512..768], &[0; 256][..], "the unattached QP got nothing");
+    assert_eq!(ep.counters().get(Counter::RcvdMcastCopies), 2);
+
+    // Each copy is checked as its own datagram: a wrong Q_Key is dropped
+    // by every member (counted per copy), and nothing is delivered.
+    mcast_send(&mut ep, &mut mem, g, 0x2222, b"bad qkey");
+    assert!(completions(&mut ep).is_empty());
+    // Another group, and a non-UD packet to the permissive QPN: dropped.
+    mcast_send(&mut ep, &mut mem, mapped_v4([239, 9, 9, 9]), 0x1111, b"x");
+    assert_eq!(ep.counters().get(Counter::DropMcastNoGroup), 1);
+    let rc_to_all = request(
+        MULTICAST_QPN,
+        Opcode::RC_SEND_ONLY,
+        0,
+        ExtReprs::default(),
+        b"x",
+    );
+    let meta = RecvMeta::between([0; 16], g);
+    let unknown = ep.counters().get(Counter::DropUnknownQp);
+    ep.handle(Instant::ZERO, &meta, &rc_to_all, &mut mem);
+    assert_eq!(ep.counters().get(Counter::DropUnknownQp), unknown + 1);
+
+    // Destroy is refused while attached (EBUSY in the kernel); detach
+    // reports the last member; then the group is gone.
+    assert_eq!(ep.destroy_qp(ud1), Err(EndpointError::McastAttached(ud1)));
+    assert_eq!(ep.mcast_groups_of(ud1), vec![g]);
+    assert_eq!(ep.detach_mcast(ud1, g), Ok(false));
+    assert_eq!(
+        ep.detach_mcast(ud1, g),
+        Err(EndpointError::Mcast(McastError::NotAttached(ud1)))
+    );
+    assert_eq!(ep.detach_mcast(ud2, g), Ok(true));
+    assert_eq!(ep.destroy_qp(ud1), Ok(()));
+    mcast_send(&mut ep, &mut mem, g, 0x1111, b"after");
+    assert_eq!(ep.counters().get(Counter::DropMcastNoGroup), 2);
+    assert!(completions(&mut ep).is_empty());
 }

@@ -9,6 +9,7 @@
 //! rules (`qp`, which `EndpointError::Modify` carries), `MemError` with the
 //! memory trait, `PsnOutOfRange` with `Psn`.
 
+use crate::transport::multicast::McastError;
 use crate::transport::qp::{ModifyError, QpType};
 
 /// Why a post was refused; nothing was queued.
@@ -63,4 +64,10 @@ pub enum EndpointError {
     SrqNotSupported(QpType),
     #[error("no free SRQ number")]
     OutOfSrqns,
+    #[error("only UD QPs join multicast groups, not {0}")]
+    McastNotUd(QpType),
+    #[error("multicast: {0}")]
+    Mcast(#[from] McastError),
+    #[error("QP {0:#x} is still attached to a multicast group")]
+    McastAttached(u32),
 }

@@ -69,6 +69,7 @@ mod error;
 mod io;
 mod key_table;
 mod memory;
+mod multicast;
 mod psn;
 mod qp;
 mod recv;
@@ -86,6 +87,11 @@ pub use key_table::KeyTable;
 pub use memory::{
     atomic_by_copy, validate, validate_invalidate, AtomicOp, Key, MemError, MemoryAccess, Region,
     RegionInfo, VecMemory,
+};
+pub use multicast::{
+    is_multicast_gid, McastError, McastGroups, MAX_GROUPS as MAX_MCAST_GROUPS,
+    MAX_QPS_PER_GROUP as MAX_MCAST_QPS_PER_GROUP, MAX_TOTAL_ATTACHES as MAX_MCAST_TOTAL_ATTACHES,
+    MULTICAST_QPN,
 };
 pub use psn::{classify_request, Psn, PsnOutOfRange, RequestPsn};
 pub use qp::{

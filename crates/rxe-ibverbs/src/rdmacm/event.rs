@@ -86,6 +86,38 @@ fn ud(data: &[u8], id: &CId, peer: Option<UdPeer>) -> rdma_cm_event_param {
     }
 }
 
+/// `param.ud` of a MULTICAST_JOIN: the join's `context` as the private
+/// data (librdmacm's convention), the address vector to the group, QPN
+/// 0xFFFFFF and the group's Q_Key.
+fn multicast_param(
+    id: &CId,
+    group: std::net::IpAddr,
+    av: &rxe_core::transport::AddressVector,
+    peer: UdPeer,
+) -> rdma_cm_event_param {
+    rdma_cm_event_param {
+        ud: rdma_ud_param {
+            private_data: super::multicast::context_of(id, group),
+            private_data_len: 0,
+            ah_attr: ibv_ah_attr {
+                grh: ibv_global_route {
+                    dgid: av.dgid,
+                    flow_label: av.flow_label,
+                    sgid_index: av.sgid_index,
+                    hop_limit: av.hop_limit,
+                    traffic_class: av.traffic_class,
+                },
+                sl: av.sl,
+                is_global: 1,
+                port_num: rxe_verbs::PORT,
+                ..ibv_ah_attr::default()
+            },
+            qp_num: peer.qp_num,
+            qkey: peer.qkey,
+        },
+    }
+}
+
 /// The C event for `e`; `None` if the ID it is about was destroyed
 /// meanwhile.
 pub fn to_c(e: RdmaCmEvent) -> Option<*mut rdma_cm_event> {
@@ -99,6 +131,7 @@ pub fn to_c(e: RdmaCmEvent) -> Option<*mut rdma_cm_event> {
     };
     let is_ud = id.inner.port_space() == rxe_verbs::cm::PortSpace::Udp;
     let mut ud_peer = None;
+    let mut joined = None;
     let (code, status, data, peer): (u32, i32, Vec<u8>, Option<PeerConnParam>) = match e {
         RdmaCmEvent::AddrResolved { .. } => (event::ADDR_RESOLVED, 0, Vec::new(), None),
         RdmaCmEvent::RouteResolved { .. } => (event::ROUTE_RESOLVED, 0, Vec::new(), None),
@@ -131,6 +164,10 @@ pub fn to_c(e: RdmaCmEvent) -> Option<*mut rdma_cm_event> {
         RdmaCmEvent::Disconnected { .. } => (event::DISCONNECTED, 0, Vec::new(), None),
         RdmaCmEvent::TimewaitExit { .. } => (event::TIMEWAIT_EXIT, 0, Vec::new(), None),
         RdmaCmEvent::DeviceRemoval { .. } => (event::DEVICE_REMOVAL, 0, Vec::new(), None),
+        RdmaCmEvent::MulticastJoin { group, av, ud, .. } => {
+            joined = Some(multicast_param(id, group, &av, ud));
+            (event::MULTICAST_JOIN, 0, Vec::new(), None)
+        }
     };
     id.refresh();
     id.hold();
@@ -151,7 +188,9 @@ pub fn to_c(e: RdmaCmEvent) -> Option<*mut rdma_cm_event> {
             listen.map(|l| l as *const CId as usize),
         ],
     });
-    b.ev.param = if is_ud {
+    b.ev.param = if let Some(p) = joined {
+        p
+    } else if is_ud {
         ud(&b.data, id, ud_peer)
     } else {
         conn(&b.data, peer.as_ref())

@@ -45,6 +45,8 @@ pub struct IdLocal {
     /// A passive `rdma_create_ep`'s QP attributes and PD: each request's
     /// ID gets a QP made with them.
     pub ep_qp: Option<super::ep::EpQp>,
+    /// The `context` of each multicast join, by group, for its event.
+    pub mcast_contexts: Vec<(std::net::IpAddr, usize)>,
 }
 
 #[repr(C)]
@@ -291,7 +293,7 @@ impl CId {
     }
 
     /// Waits for the call's event if the ID is synchronous.
-    fn finish(&self) -> Result<(), c_int> {
+    pub fn finish(&self) -> Result<(), c_int> {
         if self.is_sync() {
             self.complete()
         } else {

@@ -19,11 +19,12 @@
 //! device, `rdma_get_devices`), [`channel`] (event channels, their
 //! eventfd, `rdma_get_cm_event`/`rdma_ack_cm_event`), [`event`] (a Rust
 //! event as a `struct rdma_cm_event`), [`id`] (`struct rdma_cm_id` and its
-//! calls), [`qp`] (`rdma_create_qp`, `rdma_init_qp_attr`, SRQs),
+//! calls), [`multicast`] (`rdma_join_multicast`, `rdma_leave_multicast`),
+//! [`qp`] (`rdma_create_qp`, `rdma_init_qp_attr`, SRQs),
 //! [`addrinfo`] (`rdma_getaddrinfo`), [`ep`] (the synchronous calls:
 //! `rdma_create_ep`, `rdma_get_request`), [`sockaddr`] (C socket
 //! addresses), [`unsupported`] (what rxe does not do yet: rsockets,
-//! multicast, ECE), each refusing with the errno librdmacm would give.
+//! ECE), each refusing with the errno librdmacm would give.
 //!
 //! Conventions, as librdmacm's: calls return 0, or -1 with `errno` set;
 //! those returning a pointer return NULL with `errno` set.
@@ -34,6 +35,7 @@ pub mod devices;
 pub mod ep;
 pub mod event;
 pub mod id;
+pub mod multicast;
 pub mod qp;
 pub mod sockaddr;
 pub mod unsupported;
@@ -57,6 +59,9 @@ pub fn errno_of(e: &CmApiError) -> c_int {
         CmApiError::NotReady(_) => libc::EINVAL,
         CmApiError::Unsupported(_) => libc::EOPNOTSUPP,
         CmApiError::WrongDevice => libc::EINVAL,
+        CmApiError::NotMulticast(_) => libc::EINVAL,
+        CmApiError::AlreadyJoined(_) => libc::EADDRINUSE,
+        CmApiError::NotJoined(_) => libc::EADDRNOTAVAIL,
     }
 }
 

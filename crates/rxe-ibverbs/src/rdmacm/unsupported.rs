@@ -6,8 +6,6 @@
 //!   of librdmacm's own). `rpoll` and `rselect` are the exception: on
 //!   plain file descriptors they are `poll` and `select`, and an rsocket
 //!   can never exist here, so forwarding them is exact.
-//! - Multicast (`rdma_join_multicast`...): UD multicast needs
-//!   `ibv_attach_mcast` and IGMP/MLD joins on the device's socket.
 //! - ECE (`rdma_set_local_ece`, ...): vendor connection options; rxe
 //!   offers none.
 
@@ -54,9 +52,6 @@ export_enosys! {
     "RDMACM_1.0" fn riomap(socket: c_int, buf: *mut c_void, len: usize, prot: c_int, flags: c_int, offset: i64) -> i64 = -1;
     "RDMACM_1.0" fn riounmap(socket: c_int, buf: *mut c_void, len: usize) -> c_int = -1;
     "RDMACM_1.0" fn riowrite(socket: c_int, buf: *const c_void, count: usize, offset: i64, flags: c_int) -> usize = usize::MAX;
-    "RDMACM_1.0" fn rdma_join_multicast(id: *mut c_void, addr: *mut c_void, context: *mut c_void) -> c_int = -1;
-    "RDMACM_1.0" fn rdma_leave_multicast(id: *mut c_void, addr: *mut c_void) -> c_int = -1;
-    "RDMACM_1.1" fn rdma_join_multicast_ex(id: *mut c_void, attr: *mut c_void, context: *mut c_void) -> c_int = -1;
     "RDMACM_1.3" fn rdma_get_remote_ece(id: *mut c_void, ece: *mut c_void) -> c_int = -1;
     "RDMACM_1.3" fn rdma_set_local_ece(id: *mut c_void, ece: *mut c_void) -> c_int = -1;
 }

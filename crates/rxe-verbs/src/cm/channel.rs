@@ -62,6 +62,14 @@ pub enum RdmaCmEvent {
     TimewaitExit { id: CmId },
     /// `RDMA_CM_EVENT_DEVICE_REMOVAL`.
     DeviceRemoval { id: CmId },
+    /// `RDMA_CM_EVENT_MULTICAST_JOIN`: the ID has joined `group`; send to
+    /// it through `av` to QPN `ud.qp_num` (0xFFFFFF) with `ud.qkey`.
+    MulticastJoin {
+        id: CmId,
+        group: std::net::IpAddr,
+        av: rxe_core::transport::AddressVector,
+        ud: UdPeer,
+    },
 }
 
 /// Why a peer is unreachable.
@@ -137,7 +145,8 @@ impl RdmaCmEvent {
             | RdmaCmEvent::Unreachable { id, .. }
             | RdmaCmEvent::Disconnected { id }
             | RdmaCmEvent::TimewaitExit { id }
-            | RdmaCmEvent::DeviceRemoval { id } => id,
+            | RdmaCmEvent::DeviceRemoval { id }
+            | RdmaCmEvent::MulticastJoin { id, .. } => id,
         }
     }
 
@@ -154,6 +163,7 @@ impl RdmaCmEvent {
             RdmaCmEvent::Disconnected { .. } => "RDMA_CM_EVENT_DISCONNECTED",
             RdmaCmEvent::TimewaitExit { .. } => "RDMA_CM_EVENT_TIMEWAIT_EXIT",
             RdmaCmEvent::DeviceRemoval { .. } => "RDMA_CM_EVENT_DEVICE_REMOVAL",
+            RdmaCmEvent::MulticastJoin { .. } => "RDMA_CM_EVENT_MULTICAST_JOIN",
         }
     }
 }

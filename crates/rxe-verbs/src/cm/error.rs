@@ -21,4 +21,10 @@ pub enum CmApiError {
     Unsupported(&'static str),
     #[error("the QP is on another device than the ID")]
     WrongDevice,
+    #[error("{0} is not a multicast address")]
+    NotMulticast(IpAddr),
+    #[error("the ID has joined {0} already")]
+    AlreadyJoined(IpAddr),
+    #[error("the ID has not joined {0}")]
+    NotJoined(IpAddr),
 }

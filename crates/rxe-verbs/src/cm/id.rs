@@ -69,23 +69,25 @@ impl Default for ConnParam {
 #[derive(Default)]
 pub(crate) struct IdState {
     agent: Option<Arc<CmAgent>>,
-    sgid_index: u8,
+    pub(super) sgid_index: u8,
     src: Option<SocketAddr>,
     dst: Option<SocketAddr>,
     route: Option<resolve::ResolvedRoute>,
     comm: Option<CommId>,
-    qp: Option<Qp>,
+    pub(super) qp: Option<Qp>,
     listening: Option<u64>,
     /// The agents a wildcard listener (bound to 0.0.0.0 or ::) listens
     /// on: every device's.
     listen_agents: Vec<Arc<CmAgent>>,
     /// The ToS (`RDMA_OPTION_ID_TOS`): the path's traffic class.
-    tos: Option<u8>,
+    pub(super) tos: Option<u8>,
     /// `RDMA_OPTION_ID_ACK_TIMEOUT`: the QP's Local ACK Timeout, instead
     /// of the one the REQ and REP settle.
     ack_timeout: Option<u8>,
     /// The peer's private data of the REQ or REP, for the Established event.
     peer_private_data: Vec<u8>,
+    /// The multicast groups joined (`multicast` module).
+    pub(super) mcast: Vec<super::multicast::Joined>,
 }
 
 pub(crate) struct IdShared {
@@ -220,7 +222,7 @@ impl CmId {
         })))
     }
 
-    fn lock(&self) -> MutexGuard<'_, IdState> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, IdState> {
         self.0.st.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -726,6 +728,7 @@ impl CmId {
     /// `rdma_destroy_id`: stops listening, and the ID hears no more events
     /// (a connection still up is disconnected first).
     pub fn destroy(&self) -> Result<()> {
+        self.leave_all_multicast();
         let (agent, comm, listening, listen_agents) = {
             let mut st = self.lock();
             (

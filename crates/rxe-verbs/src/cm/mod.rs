@@ -4,6 +4,8 @@
 //! - the agent: the sans-IO `rxe_cm::CmEndpoint` driven with the device's
 //!   clock and QP1, its timers on a small thread;
 //! - [`resolve`]: IP → GID, device and source address, path MTU;
+//! - multicast: `rdma_join_multicast` and `rdma_leave_multicast`, local
+//!   on RoCE (no subnet administrator);
 //! - [`CmId`] and [`EventChannel`]: `rdma_create_id`, `rdma_resolve_addr`,
 //!   `rdma_connect`, `rdma_listen`, `rdma_accept`, `rdma_get_cm_event`...
 //!
@@ -14,6 +16,7 @@ mod channel;
 mod error;
 mod gsi;
 mod id;
+mod multicast;
 pub mod resolve;
 
 pub use agent::{configure, start};
