@@ -100,4 +100,28 @@ mod tests {
         // SAFETY: NULL is refused before any read.
         assert_eq!(unsafe { read(std::ptr::null()) }, Err(libc::EINVAL));
     }
+
+    /// A program's address need not be aligned, and a `sockaddr_in` is
+    /// only 16 bytes: `read` takes no more than its family's size, at any
+    /// offset (Miri, in scripts/miri.sh, checks each access).
+    #[test]
+    fn unaligned_addresses_of_their_exact_size_are_read() {
+        let v4: SocketAddr = "239.1.2.3:4791".parse().unwrap();
+        let v6: SocketAddr = "[fd99::2%3]:7174".parse().unwrap();
+        for a in [v4, v6] {
+            let len = len_of(&a) as usize;
+            let st = storage(&a);
+            for offset in 1..4 {
+                // Exactly the family's size, at an odd place.
+                let mut buf = vec![0u8; offset + len];
+                buf[offset..].copy_from_slice(&st.0[..len]);
+                // SAFETY: `len` bytes of a socket address of that family.
+                let back = unsafe { read(buf.as_ptr().add(offset).cast()) };
+                assert_eq!(back, Ok(a));
+            }
+        }
+        assert_eq!(len_of(&v4), 16);
+        assert_eq!(len_of(&v6), 28);
+        assert_eq!(unspecified_like(&v6.ip()), "[::]:0".parse().unwrap());
+    }
 }
