@@ -17,6 +17,7 @@ use rxe_core::transport::{Instant, QpAttr, QpState};
 use super::channel::RdmaCmEvent;
 use super::gsi::{Gsi, GsiDrop, GsiRecv};
 use super::id::{CmId, IdShared};
+use super::parked::ParkedRequests;
 use crate::cq::NotifyKind;
 use crate::device::Device;
 use crate::error::{Result, VerbsError};
@@ -24,26 +25,6 @@ use crate::error::{Result, VerbsError};
 /// The longest the agent sleeps with no timer running: a safety net only,
 /// every event that matters wakes it.
 const IDLE_WAIT: Duration = Duration::from_secs(1);
-
-/// How long a REQ or SIDR_REQ for a ServiceID nobody listens on waits for
-/// a listener before it is refused. Programs that connect twice in a row
-/// (perftest's `-R`: a control connection, then the test's) make the
-/// second request the moment the first is up, while the server only
-/// listens again then; the kernel's CM refuses such a REQ at once and the
-/// client gives up. Holding it is within the protocol: the requester
-/// waits the REQ's Remote CM Response Timeout (about 4 s from librdmacm)
-/// before it even resends (IBTA 12.6.6, unchecked number).
-const LISTEN_GRACE: Duration = Duration::from_millis(500);
-
-/// A request that found no listener yet.
-struct Parked {
-    deadline: Instant,
-    comm: CommId,
-    from: rxe_cm::MadAddr,
-    service_id: u64,
-    private_data: Vec<u8>,
-    req: Option<Box<rxe_cm::mad::ReqRepr>>,
-}
 
 /// A device's CM: its configuration until the agent starts, then the agent.
 #[derive(Default)]
@@ -69,8 +50,8 @@ pub(crate) struct AgentState {
     /// Our GID index to answer each peer GID from.
     pub sgid_for: HashMap<[u8; 16], u8>,
     pub gsi: GsiCounters,
-    /// Requests waiting up to [`LISTEN_GRACE`] for a listener.
-    parked: Vec<Parked>,
+    /// Requests waiting up to [`LISTEN_GRACE`](super::parked::LISTEN_GRACE) for a listener.
+    parked: ParkedRequests,
     stop: bool,
 }
 
@@ -108,7 +89,7 @@ pub(crate) fn agent(dev: &Device) -> Result<Arc<CmAgent>> {
             listeners: HashMap::new(),
             sgid_for: HashMap::new(),
             gsi: GsiCounters::default(),
-            parked: Vec::new(),
+            parked: ParkedRequests::default(),
             stop: false,
         }),
         wake: Mutex::new(false),
@@ -273,13 +254,10 @@ impl CmAgent {
             while let Some(ev) = st.ep.poll_event() {
                 events.push(ev);
             }
-            let deadline = [
-                st.ep.poll_timeout(),
-                st.parked.iter().map(|p| p.deadline).min(),
-            ]
-            .into_iter()
-            .flatten()
-            .min();
+            let deadline = [st.ep.poll_timeout(), st.parked.next_deadline()]
+                .into_iter()
+                .flatten()
+                .min();
             drop(st);
             let busy = !events.is_empty();
             for ev in events {
@@ -443,31 +421,26 @@ impl CmAgent {
     /// Parked requests whose service has a listener now go to it; those
     /// past their deadline are refused.
     fn retry_parked(&self, now: Instant) {
-        let due: Vec<Parked> = {
+        let due = {
             let mut st = self.lock();
             if st.parked.is_empty() {
                 return;
             }
-            let parked = std::mem::take(&mut st.parked);
-            let (due, keep) = parked
-                .into_iter()
-                .partition(|p| p.deadline <= now || st.listeners.contains_key(&p.service_id));
-            st.parked = keep;
-            due
+            let st = &mut *st;
+            let listeners = &st.listeners;
+            st.parked.take_due(now, |sid| listeners.contains_key(&sid))
         };
-        for p in due {
-            let listening = self.lock().listeners.contains_key(&p.service_id);
-            if listening {
-                self.on_request(
-                    p.comm,
-                    p.from,
-                    p.service_id,
-                    &p.private_data,
-                    p.req.as_deref(),
-                );
-            } else {
-                self.refuse(p.comm);
-            }
+        for p in due.hand_over {
+            self.on_request(
+                p.comm,
+                p.from,
+                p.service_id,
+                &p.private_data,
+                p.req.as_deref(),
+            );
+        }
+        for p in due.refuse {
+            self.refuse(p.comm);
         }
     }
 
@@ -484,7 +457,7 @@ impl CmAgent {
 
     /// A REQ (with `req`) or a SIDR_REQ for `service_id`: a
     /// ConnectRequest on the listener's channel; without one it waits
-    /// [`LISTEN_GRACE`] for one ([`CmAgent::retry_parked`]).
+    /// [`LISTEN_GRACE`](super::parked::LISTEN_GRACE) for one ([`CmAgent::retry_parked`]).
     fn on_request(
         &self,
         comm: CommId,
@@ -502,17 +475,9 @@ impl CmAgent {
             .map(CmId);
         let Some(listener) = listener else {
             let now = self.now();
-            let mut st = self.lock();
-            if !st.parked.iter().any(|p| p.comm == comm) {
-                st.parked.push(Parked {
-                    deadline: now.saturating_add(LISTEN_GRACE),
-                    comm,
-                    from,
-                    service_id,
-                    private_data: private_data.to_vec(),
-                    req: req.map(|r| Box::new(r.clone())),
-                });
-            }
+            self.lock()
+                .parked
+                .park(now, comm, from, service_id, private_data, req);
             return;
         };
         let sgid_index = self.lock().sgid_for.get(&from.gid).copied().unwrap_or(0);

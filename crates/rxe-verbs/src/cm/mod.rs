@@ -17,6 +17,7 @@ mod error;
 mod gsi;
 mod id;
 mod multicast;
+mod parked;
 pub mod resolve;
 
 pub use agent::{configure, start};
