@@ -51,9 +51,10 @@ counters! {
     DropWrongRemoteCommId => "cm_drop_wrong_remote_comm_id",
     /// Dropped: a message the connection's state does not expect.
     DropWrongState => "cm_drop_wrong_state",
-    /// Dropped: a duplicate REQ while the consumer decides, or after the connection is up.
+    /// Dropped: a duplicate REQ after the connection is up (or one whose
+    /// MRA could not be sent).
     DropDuplicateReq => "cm_drop_duplicate_req",
-    /// Dropped: a duplicate REP while the consumer decides.
+    /// Dropped: a duplicate REP in a state that has no answer for it.
     DropDuplicateRep => "cm_drop_duplicate_rep",
     /// Dropped: a duplicate RTU.
     DropDuplicateRtu => "cm_drop_duplicate_rtu",
@@ -83,6 +84,9 @@ counters! {
     DupReqRepResent => "cm_dup_req_rep_resent",
     /// Answered: the MRA again, to a duplicate REQ or REP.
     DupMraResent => "cm_dup_mra_resent",
+    /// Answered: a first MRA, to a duplicate REQ or REP while the consumer
+    /// had not answered the first yet.
+    DupMraSent => "cm_dup_mra_sent",
     /// Answered: the RTU again, to a duplicate REP.
     DupRepRtuResent => "cm_dup_rep_rtu_resent",
     /// Answered: the DREP again, to a duplicate DREQ.

@@ -170,20 +170,28 @@ fn an_offered_unlistened_req_is_refused_by_the_consumer() {
 fn duplicate_reqs_are_answered_by_state() {
     let mut p = Pair::new();
     let (_, b, req) = p.req_to_b();
-    // While the application decides: dropped.
+    // While the application decides: an MRA asks for more time (as
+    // Linux's rdma_cm, whose MRA waits for a duplicate), once...
     p.b.handle(p.now, addr_a(), &req);
-    assert!(Pair::sent(&mut p.b).is_empty());
-    assert!(Pair::events(&mut p.b).is_empty());
-    assert_eq!(p.b.counters().get(CmCounter::DropDuplicateReq), 1);
-    // After an MRA: the MRA again.
-    p.b.send_mra(b, &[]).unwrap();
     let (mra, _) = Pair::one(&mut p.b);
     let CmMessage::Mra(m) = &mra.message else {
         panic!()
     };
-    assert_eq!(m.message_mraed, MessageMraed::Req);
+    // The configured Service Timeout (Linux's 24 by default; 14 here).
+    assert_eq!(
+        (m.message_mraed, m.service_timeout),
+        (MessageMraed::Req, 14)
+    );
+    assert!(Pair::events(&mut p.b).is_empty());
+    assert_eq!(p.b.state(b), Some(CmState::MraReqSent));
+    assert_eq!(p.b.counters().get(CmCounter::DupMraSent), 1);
+    // ... then the same MRA again.
     p.b.handle(p.now, addr_a(), &req);
     assert_eq!(Pair::one(&mut p.b).0, mra);
+    assert!(matches!(
+        p.b.send_mra(b, &[]),
+        Err(CmError::WrongState { .. })
+    ));
     // After the REP: the REP again.
     p.b.accept(p.now, b, AcceptParams::new(0x28, 7)).unwrap();
     let (rep, _) = Pair::one(&mut p.b);
@@ -191,6 +199,48 @@ fn duplicate_reqs_are_answered_by_state() {
     assert_eq!(Pair::one(&mut p.b).0, rep);
     assert_eq!(p.b.counters().get(CmCounter::DupReqRepResent), 1);
     assert_eq!(p.b.counters().get(CmCounter::DupMraResent), 1);
+    assert_eq!(p.b.counters().get(CmCounter::DropDuplicateReq), 0);
+}
+
+/// A consumer that takes longer to accept than the requester's retries
+/// last keeps the connection: the first resent REQ gets an MRA, and the
+/// requester waits the MRA's Service Timeout instead of giving up.
+#[test]
+fn a_slow_accept_is_covered_by_an_mra() {
+    let mut p = Pair::new();
+    // Linux's MRA setting: 24, about 69 s.
+    let mut cfg = sim::sim_config(0xbbbb, 0x2000);
+    cfg.mra_service_timeout = 24;
+    p.b = CmEndpoint::new(cfg);
+    p.b.listen(SID).unwrap();
+    let start = p.now;
+    let (a, b, _) = p.req_to_b();
+    let each = response_timeout(10, 8);
+    let t1 = start.saturating_add(each);
+    p.a.handle_timeout(t1);
+    let (_, resent) = Pair::one(&mut p.a);
+    p.b.handle(t1, addr_a(), &resent);
+    let (_, mra) = Pair::one(&mut p.b);
+    p.a.handle(t1, addr_b(), &mra);
+    assert_eq!(p.a.state(a), Some(CmState::MraReqRcvd));
+    assert_eq!(Pair::events(&mut p.a), [CmEvent::MraReceived { id: a }]);
+    // Twice as long as 15 retries would last: nothing resent, no error.
+    let late = start.saturating_add(each * 32);
+    p.a.handle_timeout(late);
+    assert!(Pair::sent(&mut p.a).is_empty());
+    assert!(Pair::events(&mut p.a).is_empty());
+    // The accept at last: the connection comes up.
+    p.b.accept(late, b, AcceptParams::new(0x28, 7)).unwrap();
+    let (_, rep) = Pair::one(&mut p.b);
+    p.a.handle(late, addr_b(), &rep);
+    assert!(matches!(
+        Pair::events(&mut p.a)[..],
+        [CmEvent::ConnectResponse { .. }]
+    ));
+    p.a.send_rtu(a, &[]).unwrap();
+    let (_, rtu) = Pair::one(&mut p.a);
+    p.b.handle(late, addr_a(), &rtu);
+    assert_eq!(Pair::events(&mut p.b), [CmEvent::Established { id: b }]);
 }
 
 #[test]

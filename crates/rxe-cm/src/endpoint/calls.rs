@@ -267,6 +267,18 @@ impl CmEndpoint {
         Ok(())
     }
 
+    /// A duplicate REQ (or REP) while our consumer has not answered the
+    /// first: an MRA, so that the peer waits the MRA's Service Timeout
+    /// instead of giving up. Counted as sent; when the MRA cannot be built
+    /// the duplicate is dropped as before.
+    pub(super) fn mra_for_duplicate(&mut self, lid: u32) {
+        if self.send_mra(CommId(lid), &[]).is_ok() {
+            self.counters.bump(CmCounter::DupMraSent);
+        } else {
+            self.drop_mad(CmCounter::DropDuplicateReq, "REQ");
+        }
+    }
+
     /// Ends a connection with a DREQ. A no-op while already disconnecting.
     pub fn disconnect(
         &mut self,

@@ -46,6 +46,14 @@
 //!   Connection in TimeWait, and dropped otherwise (counted). A duplicate
 //!   REP is answered with the RTU again (or our MRA again); a duplicate
 //!   DREQ in TimeWait with the DREP again.
+//! - **Slow consumers.** While our consumer has not answered a REQ (or,
+//!   active, a REP: `ConnectResponse` without a QP), a duplicate of it
+//!   gets an MRA with Service Timeout [`CmConfig::mra_service_timeout`]
+//!   (24: about 67 s), and the peer waits that long instead of giving up
+//!   after its retries. This is what Linux's rdma_cm does: it marks each
+//!   REQ it hands a consumer as MRA'd with a delay flag, which sends the
+//!   MRA only when a duplicate comes (so rping.pcap, with a quick accept,
+//!   has none).
 //! - **Stale connections.** A REQ from a QP (remote CA GUID, QPN) that is
 //!   already connected gets a REJ Stale Connection, and the old
 //!   connection is disconnected (Linux does both).

@@ -11,6 +11,9 @@ impl CmEndpoint {
             };
             match c.state {
                 CmState::MraReqSent => self.resend_answer(lid, CmCounter::DupMraResent),
+                // The consumer is still deciding and the peer is resending:
+                // ask it for more time (mod docs, "Slow consumers").
+                CmState::ReqRcvd => self.mra_for_duplicate(lid),
                 CmState::RepSent | CmState::MraRepRcvd => {
                     self.resend_answer(lid, CmCounter::DupReqRepResent)
                 }
@@ -144,7 +147,7 @@ impl CmEndpoint {
                 });
             }
             _ if !same => self.drop_mad(CmCounter::DropWrongRemoteCommId, "REP"),
-            CmState::RepRcvd => self.drop_mad(CmCounter::DropDuplicateRep, "REP"),
+            CmState::RepRcvd => self.mra_for_duplicate(id),
             CmState::MraRepSent => self.resend_answer(id, CmCounter::DupMraResent),
             CmState::Established => self.resend_answer(id, CmCounter::DupRepRtuResent),
             _ => self.drop_mad(CmCounter::DropWrongState, "REP"),
