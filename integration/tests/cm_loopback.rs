@@ -95,11 +95,12 @@ fn dial(n: &Node, src: &str, dst: &str, private_data: &[u8]) -> (EventChannel, C
 /// Takes a ConnectRequest, makes the child's QP (one receive posted into
 /// `n.mr` at `recv_at`) and accepts with the MR's address and rkey.
 fn take_and_accept(n: &Node, ch: &EventChannel, recv_at: usize) -> (CmId, Qp, Vec<u8>) {
+    let e = next(ch);
     let RdmaCmEvent::ConnectRequest {
         id, private_data, ..
-    } = next(ch)
+    } = e
     else {
-        panic!("expected a ConnectRequest");
+        panic!("expected a ConnectRequest, got {}", e.name());
     };
     let qp = id.create_qp(&n.pd, &rc_attr(n)).expect("create_qp");
     qp.post_recv(RecvWr {
@@ -473,4 +474,53 @@ fn multicast_join_send_and_leave() {
     tid.destroy().unwrap();
     assert!(tid.multicast_groups().is_empty());
     let _ = (rid, tqp);
+}
+
+/// `listen(2)`: two ConnectRequests wait in the channel; the third and
+/// fourth REQ get no answer (counted) until the application takes the
+/// first two, and then their resends come in and connect.
+#[test]
+fn a_full_backlog_leaves_requests_for_their_resend() {
+    let srv = cm_node("127.0.140.60");
+    let cli = cm_node("127.0.140.61");
+    let lch = EventChannel::new();
+    let listener = CmId::new(&lch, PortSpace::Tcp).unwrap();
+    listener.bind_addr(addr("127.0.140.60:7003")).unwrap();
+    listener.listen(2).unwrap();
+    let dials: Vec<_> = (0..4u8)
+        .map(|i| dial(&cli, "127.0.140.61:0", "127.0.140.60:7003", &[i]))
+        .collect();
+    // Until the backlog refused both others (the agent's own pace).
+    let deadline = Instant::now() + WAIT;
+    while srv.dev.counter("cm_drop_backlog_full") < 2 {
+        assert!(Instant::now() < deadline, "the backlog never filled");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The children's Established events come on the listener's channel
+    // too, between the requests.
+    let (mut seen, mut kept, mut up) = (Vec::new(), Vec::new(), 0);
+    while kept.len() < 4 || up < 4 {
+        match next(&lch) {
+            RdmaCmEvent::ConnectRequest {
+                id, private_data, ..
+            } => {
+                let qp = id.create_qp(&srv.pd, &rc_attr(&srv)).unwrap();
+                id.accept(&ConnParam::default()).unwrap();
+                seen.push(private_data[0]);
+                kept.push((id, qp));
+            }
+            RdmaCmEvent::Established { .. } => up += 1,
+            e => panic!("unexpected {}", e.name()),
+        }
+    }
+    seen.sort();
+    assert_eq!(
+        seen,
+        [0, 1, 2, 3],
+        "every client got in, the last two on a resend"
+    );
+    for (ch, _, _) in &dials {
+        established(ch);
+    }
+    let _ = (listener, kept);
 }

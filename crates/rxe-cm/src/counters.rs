@@ -54,6 +54,9 @@ counters! {
     /// Dropped: a duplicate REQ after the connection is up (or one whose
     /// MRA could not be sent).
     DropDuplicateReq => "cm_drop_duplicate_req",
+    /// Dropped: a REQ or SIDR_REQ whose listener's backlog was full (the
+    /// requester's resend may find room).
+    DropBacklogFull => "cm_drop_backlog_full",
     /// Dropped: a duplicate REP in a state that has no answer for it.
     DropDuplicateRep => "cm_drop_duplicate_rep",
     /// Dropped: a duplicate RTU.

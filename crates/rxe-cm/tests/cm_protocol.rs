@@ -665,3 +665,21 @@ mod arbitrary {
         }
     }
 }
+
+/// A request the consumer has no room for is forgotten unanswered; its
+/// resend is a new request.
+#[test]
+fn a_forgotten_request_comes_back_as_new_on_its_resend() {
+    let mut p = Pair::new();
+    let (_, b, req) = p.req_to_b();
+    p.b.forget_request(b).unwrap();
+    assert!(Pair::sent(&mut p.b).is_empty(), "no REJ, no MRA");
+    assert!(p.b.is_empty());
+    assert_eq!(p.b.counters().get(CmCounter::DropBacklogFull), 1);
+    assert!(matches!(p.b.forget_request(b), Err(CmError::NoSuchId(_))));
+    p.b.handle(p.now, addr_a(), &req);
+    assert!(matches!(
+        Pair::events(&mut p.b)[..],
+        [CmEvent::ConnectRequest { .. }]
+    ));
+}

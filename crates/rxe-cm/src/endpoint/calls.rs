@@ -41,6 +41,24 @@ impl CmEndpoint {
         }
     }
 
+    /// Forgets a REQ or SIDR_REQ the consumer cannot take now (its
+    /// listener's backlog is full) without answering: the requester's
+    /// resend then comes as a new request. Linux's CM does the same when
+    /// its consumer is out of room (no REJ, "to allow future retries").
+    pub fn forget_request(&mut self, id: CommId) -> Result<(), CmError> {
+        let state = self.conn(id)?.state;
+        if !matches!(state, CmState::ReqRcvd | CmState::SidrReqRcvd) {
+            return Err(CmError::WrongState {
+                id,
+                state,
+                call: "forget_request",
+            });
+        }
+        self.counters.bump(CmCounter::DropBacklogFull);
+        self.free(id.0);
+        Ok(())
+    }
+
     /// Sends a REQ; the answer arrives as `ConnectResponse`, `Rejected` or `Unreachable`.
     pub fn connect(&mut self, now: Instant, p: ConnectParams) -> Result<CommId, CmError> {
         if !(1..=5).contains(&p.path_mtu) {

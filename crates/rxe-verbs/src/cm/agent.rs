@@ -480,6 +480,11 @@ impl CmAgent {
                 .park(now, comm, from, service_id, private_data, req);
             return;
         };
+        if !listener.request_queued() {
+            // The backlog is full: no answer, the resend may find room.
+            let _ = self.with(|st, _| st.ep.forget_request(comm));
+            return;
+        }
         let sgid_index = self.lock().sgid_for.get(&from.gid).copied().unwrap_or(0);
         let child = listener.child(me, comm, sgid_index, private_data);
         let user = private_data

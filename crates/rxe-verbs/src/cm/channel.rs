@@ -184,6 +184,18 @@ pub(crate) struct ChannelShared {
     hook: Mutex<Option<ChannelHook>>,
 }
 
+impl Queue {
+    /// The next event, taken by the application: a ConnectRequest leaves
+    /// its listener's backlog then (as in the kernel's ucma).
+    fn pop(&mut self) -> Option<RdmaCmEvent> {
+        let ev = self.events.pop_front()?;
+        if let RdmaCmEvent::ConnectRequest { listen_id, .. } = &ev {
+            listen_id.request_taken();
+        }
+        Some(ev)
+    }
+}
+
 impl ChannelShared {
     pub(crate) fn push(&self, ev: RdmaCmEvent) {
         tracing::debug!(event = ev.name(), "CM event");
@@ -221,19 +233,14 @@ impl EventChannel {
 
     /// The next event, without waiting.
     pub fn try_get_event(&self) -> Option<RdmaCmEvent> {
-        self.0
-            .q
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .events
-            .pop_front()
+        self.0.q.lock().unwrap_or_else(|e| e.into_inner()).pop()
     }
 
     /// `rdma_get_cm_event`: blocks until an event is queued.
     pub fn get_event(&self) -> RdmaCmEvent {
         let mut q = self.0.q.lock().unwrap_or_else(|e| e.into_inner());
         loop {
-            if let Some(ev) = q.events.pop_front() {
+            if let Some(ev) = q.pop() {
                 return ev;
             }
             q = self.0.cond.wait(q).unwrap_or_else(|e| e.into_inner());
@@ -245,7 +252,7 @@ impl EventChannel {
         let deadline = Instant::now() + timeout;
         let mut q = self.0.q.lock().unwrap_or_else(|e| e.into_inner());
         loop {
-            if let Some(ev) = q.events.pop_front() {
+            if let Some(ev) = q.pop() {
                 return Some(ev);
             }
             let now = Instant::now();
@@ -282,7 +289,7 @@ impl Future for NextEvent<'_> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<RdmaCmEvent> {
         let mut q = self.ch.0.q.lock().unwrap_or_else(|e| e.into_inner());
-        match q.events.pop_front() {
+        match q.pop() {
             Some(ev) => Poll::Ready(ev),
             None => {
                 if !q.wakers.iter().any(|w| w.will_wake(cx.waker())) {

@@ -4,7 +4,7 @@
 //! protocol to the device's agent.
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -95,7 +95,15 @@ pub(crate) struct IdShared {
     channel: Mutex<EventChannel>,
     ps: PortSpace,
     st: Mutex<IdState>,
+    /// A listener's ConnectRequests queued and not yet taken by the
+    /// application, and how many may be (`rdma_listen`'s backlog).
+    pending_requests: AtomicUsize,
+    backlog: AtomicUsize,
 }
+
+/// The backlog of `rdma_listen(id, 0)` or of one out of range: the
+/// kernel's default (`net.rdma_ucm.max_backlog`, 1024).
+pub const MAX_BACKLOG: usize = 1024;
 
 /// An RDMA CM ID; clones name the same ID.
 #[derive(Clone)]
@@ -219,6 +227,8 @@ impl CmId {
             channel: Mutex::new(channel.clone()),
             ps,
             st: Mutex::default(),
+            pending_requests: AtomicUsize::new(0),
+            backlog: AtomicUsize::new(MAX_BACKLOG),
         })))
     }
 
@@ -228,6 +238,26 @@ impl CmId {
 
     pub(crate) fn push(&self, ev: RdmaCmEvent) {
         self.channel().0.push(ev);
+    }
+
+    /// Counts a ConnectRequest queued for this listener; `false` (and
+    /// nothing counted) if its backlog is full.
+    pub(crate) fn request_queued(&self) -> bool {
+        let max = self.0.backlog.load(Ordering::Relaxed);
+        self.0
+            .pending_requests
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    /// A ConnectRequest of this listener was taken from its channel.
+    pub(crate) fn request_taken(&self) {
+        let _ = self
+            .0
+            .pending_requests
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
     }
 
     pub(crate) fn qp(&self) -> Option<Qp> {
@@ -281,6 +311,8 @@ impl CmId {
                     .to_vec(),
                 ..IdState::default()
             }),
+            pending_requests: AtomicUsize::new(0),
+            backlog: AtomicUsize::new(MAX_BACKLOG),
         }))
     }
 
@@ -576,10 +608,17 @@ impl CmId {
         Ok(())
     }
 
-    /// `rdma_listen`: REQs for the bound port become `ConnectRequest`s
-    /// (the backlog is not limited). A wildcard-bound ID listens on every
-    /// device there is now.
-    pub fn listen(&self, _backlog: i32) -> Result<()> {
+    /// `rdma_listen`: REQs for the bound port become `ConnectRequest`s,
+    /// at most `backlog` of them waiting to be taken from the channel (0,
+    /// negative or above [`MAX_BACKLOG`]: that); a request beyond is left
+    /// unanswered, so that its resend may find room, as in the kernel. A
+    /// wildcard-bound ID listens on every device there is now.
+    pub fn listen(&self, backlog: i32) -> Result<()> {
+        let backlog = usize::try_from(backlog)
+            .ok()
+            .filter(|b| (1..=MAX_BACKLOG).contains(b))
+            .unwrap_or(MAX_BACKLOG);
+        self.0.backlog.store(backlog, Ordering::Relaxed);
         let (agent, src) = {
             let st = self.lock();
             if st.listening.is_some() {
