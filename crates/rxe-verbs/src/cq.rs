@@ -138,6 +138,32 @@ pub struct Cq {
     pub(crate) shared: Arc<CqShared>,
 }
 
+impl Device {
+    /// `ibv_create_cq` with room for `depth` completions.
+    pub fn create_cq(&self, depth: u32) -> Result<Cq> {
+        self.0.check_live()?;
+        if depth == 0 || depth > self.0.max().max_cqe {
+            return Err(VerbsError::InvalidArgument(format!(
+                "CQ depth must be 1 to {}, not {depth}",
+                self.0.max().max_cqe
+            )));
+        }
+        let mut e = self.0.lock();
+        if e.counts.cq >= self.0.max().max_cq {
+            return Err(VerbsError::LimitReached {
+                kind: ObjectKind::Cq,
+                max: self.0.max().max_cq,
+            });
+        }
+        e.counts.cq += 1;
+        let id = e.alloc_id();
+        Ok(Cq {
+            dev: self.0.clone(),
+            shared: Arc::new(CqShared::new(id, depth)),
+        })
+    }
+}
+
 impl std::fmt::Debug for Cq {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Cq")

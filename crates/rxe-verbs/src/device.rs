@@ -19,11 +19,9 @@ use rxe_net::{Clock, Driver, DriverWaker, NetPort, PcapTap};
 
 use crate::attr::{gid_of, DeviceAttr, GidEntry, GidType, LinkLayer, PortAttr, PortState};
 use crate::client::{ClientData, ClientId};
-use crate::cq::{Cq, CqShared};
 use crate::engine::DeviceEngine;
-use crate::error::{ObjectKind, Result, VerbsError};
+use crate::error::{Result, VerbsError};
 use crate::event::{AsyncEvent, EventHub};
-use crate::pd::{Pd, PdShared};
 use crate::registry;
 
 /// The device's only port.
@@ -538,48 +536,6 @@ impl Device {
         }
         self.0.lock().ep.set_pkey_table(table);
         Ok(())
-    }
-
-    /// `ibv_alloc_pd`.
-    pub fn alloc_pd(&self) -> Result<Pd> {
-        self.0.check_live()?;
-        let mut e = self.0.lock();
-        if e.counts.pd >= self.0.attr.max_pd {
-            return Err(VerbsError::LimitReached {
-                kind: ObjectKind::Pd,
-                max: self.0.attr.max_pd,
-            });
-        }
-        e.counts.pd += 1;
-        let id = e.alloc_id();
-        Ok(Pd {
-            dev: self.0.clone(),
-            shared: Arc::new(PdShared::new(id)),
-        })
-    }
-
-    /// `ibv_create_cq` with room for `depth` completions.
-    pub fn create_cq(&self, depth: u32) -> Result<Cq> {
-        self.0.check_live()?;
-        if depth == 0 || depth > self.0.attr.max_cqe {
-            return Err(VerbsError::InvalidArgument(format!(
-                "CQ depth must be 1 to {}, not {depth}",
-                self.0.attr.max_cqe
-            )));
-        }
-        let mut e = self.0.lock();
-        if e.counts.cq >= self.0.attr.max_cq {
-            return Err(VerbsError::LimitReached {
-                kind: ObjectKind::Cq,
-                max: self.0.attr.max_cq,
-            });
-        }
-        e.counts.cq += 1;
-        let id = e.alloc_id();
-        Ok(Cq {
-            dev: self.0.clone(),
-            shared: Arc::new(CqShared::new(id, depth)),
-        })
     }
 
     /// Calls `f` for every asynchronous event from now on

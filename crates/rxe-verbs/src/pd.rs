@@ -34,6 +34,26 @@ pub struct Pd {
     pub(crate) shared: Arc<PdShared>,
 }
 
+impl Device {
+    /// `ibv_alloc_pd`.
+    pub fn alloc_pd(&self) -> Result<Pd> {
+        self.0.check_live()?;
+        let mut e = self.0.lock();
+        if e.counts.pd >= self.0.max().max_pd {
+            return Err(VerbsError::LimitReached {
+                kind: ObjectKind::Pd,
+                max: self.0.max().max_pd,
+            });
+        }
+        e.counts.pd += 1;
+        let id = e.alloc_id();
+        Ok(Pd {
+            dev: self.0.clone(),
+            shared: Arc::new(PdShared::new(id)),
+        })
+    }
+}
+
 impl std::fmt::Debug for Pd {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Pd").field("id", &self.shared.id).finish()
