@@ -193,6 +193,21 @@ fn several_qps_small_writes_checked() {
     );
 }
 
+/// A thousand QPs on each side (the "1 to 1000 QPs"), each
+/// writing a few checked messages: setup, the key exchange and the data
+/// path hold at that scale (speed is measured by benchmarks, not here).
+#[test]
+fn a_thousand_qps_write_checked() {
+    rdma_bw(
+        20,
+        &["write", "-q", "1000", "-s", "64", "-n", "5", "-t", "4"],
+        "RDMA_Write BW Test",
+        64,
+        5,
+        1000,
+    );
+}
+
 #[test]
 fn send_bw_checked() {
     let (s, c) = pair(
