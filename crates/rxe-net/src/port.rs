@@ -2,6 +2,13 @@
 //! moves of the data path: `flush` (engine -> wire) and `receive` (wire ->
 //! engine), each batched, each with preallocated buffers.
 //!
+//! With [`Offload`] (`NetPort::with_offload`) `flush` sends runs of equal
+//! packets as UDP GSO messages and `receive` splits coalesced (`UDP_GRO`)
+//! datagrams into their packets (`gso` has the rules). A packet's ICRC is
+//! sealed when its run is known, for the IPv4 Identification the kernel
+//! will give it there, so each packet is sealed once (again only when a
+//! refused or partial send changes its place in a run).
+//!
 //! The caller holds the engine's lock around `flush` and `receive`: the
 //! application thread calls `flush` right after a post (lowest latency),
 //! the driver thread calls both. The port's own buffers sit behind their
@@ -9,6 +16,7 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr, SocketAddrV6};
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
@@ -17,7 +25,10 @@ use crate::counters::{NetCounter, NetCounters};
 use crate::encap::{self, OpenOptions, RecvInfo, WireHeaders, DEFAULT_HOP_LIMIT, MIN_PACKET};
 use crate::engine::Engine;
 use crate::netif::ip_of_gid;
-use crate::socket::{RoceSocket, RxBatch, RxMeta, TxBatch, MAX_BATCH, ROCE_V2_PORT};
+use crate::gso;
+use crate::socket::{
+    Offload, RoceSocket, RxBatch, RxMeta, TxBatch, GRO_SLOT_LEN, MAX_BATCH, MAX_IOV, ROCE_V2_PORT,
+};
 use crate::tap::PcapTap;
 
 /// Room for the largest packet: 4096 bytes of payload, BTH and extended
@@ -43,6 +54,9 @@ struct TxSlot {
 struct TxState {
     batch: TxBatch,
     slots: Box<[TxSlot]>,
+    /// The IPv4 Identification each queued packet's ICRC was sealed for;
+    /// `None`: not sealed yet.
+    sealed: Box<[Option<u16>]>,
 }
 
 /// The I/O side of one port.
@@ -51,6 +65,9 @@ pub struct NetPort {
     clock: Clock,
     udp_port: u16,
     options: OpenOptions,
+    offload: Offload,
+    /// A GSO refusal was logged (once per port).
+    gso_refusal_logged: AtomicBool,
     sockets: RwLock<Vec<Arc<RoceSocket>>>,
     generation: AtomicU64,
     tx: Mutex<TxState>,
@@ -76,11 +93,14 @@ impl NetPort {
             clock,
             udp_port,
             options,
+            offload: Offload::NONE,
+            gso_refusal_logged: AtomicBool::new(false),
             sockets: RwLock::new(Vec::new()),
             generation: AtomicU64::new(0),
             tx: Mutex::new(TxState {
                 batch: TxBatch::new(MAX_BATCH, SLOT_LEN),
                 slots: vec![TxSlot::default(); MAX_BATCH].into_boxed_slice(),
+                sealed: vec![None; MAX_BATCH].into_boxed_slice(),
             }),
             rx: Mutex::new(RxBatch::new(MAX_BATCH, SLOT_LEN)),
             tap: Mutex::new(None),
@@ -90,6 +110,23 @@ impl NetPort {
             unread: AtomicBool::new(false),
             send_blocked: AtomicBool::new(false),
         }
+    }
+
+    /// The port with segmentation offloads (before any address is added:
+    /// they are set up when a socket is bound). With GRO the receive slots
+    /// grow to [`GRO_SLOT_LEN`] (64 of them: 4 MiB of address space, of
+    /// which only the pages datagrams reach become resident).
+    pub fn with_offload(mut self, offload: Offload) -> NetPort {
+        self.offload = offload;
+        let slot_len = if offload.gro { GRO_SLOT_LEN } else { SLOT_LEN };
+        self.rx = Mutex::new(RxBatch::new(MAX_BATCH, slot_len));
+        self
+    }
+
+    /// The offloads asked for (a socket may have had to do without:
+    /// `RoceSocket::gso`, `RoceSocket::gro`).
+    pub fn offload(&self) -> Offload {
+        self.offload
     }
 
     pub fn clock(&self) -> Clock {
@@ -113,11 +150,13 @@ impl NetPort {
             if socks.iter().any(|s| s.local_addr().ip() == ip) {
                 return Ok(());
             }
-            let s = RoceSocket::bind(ip, self.udp_port)?;
+            let s = RoceSocket::bind_with(ip, self.udp_port, self.offload)?;
             tracing::info!(
                 local = %s.local_addr(),
                 recv_buffer = s.recv_buffer_size(),
                 send_buffer = s.send_buffer_size(),
+                gso = s.gso(),
+                gro = s.gro(),
                 "port address added"
             );
             socks.push(Arc::new(s));
@@ -237,6 +276,7 @@ impl NetPort {
                     };
                     if let Some(q) = self.stage(engine, &sockets, t, slot) {
                         tx.slots[i] = q.0;
+                        tx.sealed[i] = None;
                         if !tx.batch.commit(t.len, q.1) {
                             self.counters.inc(NetCounter::SentBadLength);
                         }
@@ -261,8 +301,9 @@ impl NetPort {
         sent
     }
 
-    /// Checks one engine packet, picks its socket and seals its ICRC;
-    /// `None` (counted) drops it.
+    /// Checks one engine packet and picks its socket (its ICRC is sealed in
+    /// `send_queued`, once its place in a GSO run is known); `None`
+    /// (counted) drops it.
     fn stage<E: Engine + ?Sized>(
         &self,
         engine: &E,
@@ -303,9 +344,8 @@ impl NetPort {
             h => h,
         };
         let traffic_class = t.dest.traffic_class;
-        let sealed = WireHeaders::outgoing(src, dst, t.len, hop_limit, traffic_class)
-            .and_then(|h| encap::seal(&h, packet));
-        if let Err(e) = sealed {
+        let checked = WireHeaders::outgoing(src, dst, packet.len(), hop_limit, traffic_class);
+        if let Err(e) = checked {
             tracing::debug!(error = %e, "engine packet not sent");
             c.inc(NetCounter::SentBadLength);
             return None;
@@ -320,10 +360,12 @@ impl NetPort {
         ))
     }
 
-    /// Sends what is queued, in runs of packets with the same socket, TTL and
-    /// TOS. Returns whether a socket's buffer was full.
+    /// Sends what is queued: packets with the same socket, TTL and TOS in
+    /// one `sendmmsg`, as GSO runs where the socket has GSO. Returns
+    /// whether a socket's buffer was full.
     fn send_queued(&self, tx: &mut TxState, sockets: &[Arc<RoceSocket>], sent: &mut usize) -> bool {
         let c = &self.counters;
+        let mut runs: [Range<usize>; MAX_BATCH] = std::array::from_fn(|_| 0..0);
         while !tx.batch.is_empty() {
             let r = tx.batch.pending();
             let first = tx.slots[r.start];
@@ -331,19 +373,29 @@ impl NetPort {
             while end < r.end && tx.slots[end] == first {
                 end += 1;
             }
-            let run = end - r.start;
             let Some(sock) = first
                 .src
                 .and_then(|src| sockets.iter().find(|s| s.local_addr() == src))
             else {
                 // Its address was removed since the packet was queued.
+                let run = end - r.start;
                 c.add(NetCounter::SentNoSocket, run as u64);
                 tx.batch.consume(run);
                 continue;
             };
-            match sock.send_batch(
+            let (n_runs, segment) = form_runs(&tx.batch, r.start..end, sock.gso(), &mut runs);
+            if !self.seal_runs(tx, sock, &first, &runs[..n_runs]) {
+                // Sealing refused the first packet (never: `stage` checked
+                // it); drop it rather than loop.
+                c.inc(NetCounter::SentBadLength);
+                tx.batch.consume(1);
+                continue;
+            }
+            let segment = segment.and_then(|s| u16::try_from(s).ok());
+            match sock.send_runs(
                 &tx.batch,
-                r.start..end,
+                &runs[..n_runs],
+                segment,
                 first.hop_limit,
                 first.traffic_class,
             ) {
@@ -351,43 +403,105 @@ impl NetPort {
                     c.inc(NetCounter::SendDeferred);
                     return true;
                 }
-                Ok(n) => {
-                    for i in r.start..r.start + n {
-                        let p = tx.batch.packet(i);
-                        c.add(NetCounter::SentBytes, p.len() as u64);
-                        if self.tap_on.load(Ordering::Relaxed) {
-                            if let Some(dst) = tx.batch.dest(i) {
-                                if let Ok(h) = WireHeaders::outgoing(
-                                    sock.local_addr(),
-                                    dst,
-                                    p.len(),
-                                    first.hop_limit,
-                                    first.traffic_class,
-                                ) {
-                                    self.tap(&h, p);
-                                }
-                            }
+                Ok(m) => {
+                    let mut packets = 0;
+                    for run in &runs[..m] {
+                        if run.len() > 1 {
+                            c.inc(NetCounter::SentGsoMsgs);
                         }
+                        for i in run.clone() {
+                            c.add(NetCounter::SentBytes, tx.batch.packet_len(i) as u64);
+                            self.tap_sent(tx, sock, &first, i);
+                        }
+                        packets += run.len();
                     }
-                    c.add(NetCounter::SentPkts, n as u64);
-                    *sent += n;
-                    tx.batch.consume(n);
+                    c.add(NetCounter::SentPkts, packets as u64);
+                    *sent += packets;
+                    tx.batch.consume(packets);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     c.inc(NetCounter::SendDeferred);
                     return true;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e)
+                    if segment.is_some()
+                        && matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL)) =>
+                {
+                    // The kernel (or the route's device) refuses UDP GSO:
+                    // this socket sends one datagram per packet from now
+                    // on; the packets are resealed for ID 0 next round.
+                    if sock.disable_gso() {
+                        c.inc(NetCounter::GsoFallback);
+                    }
+                    if !self.gso_refusal_logged.swap(true, Ordering::Relaxed) {
+                        tracing::warn!(error = %e, local = %sock.local_addr(), "UDP GSO refused: sending one datagram per packet");
+                    }
+                }
                 Err(e) => {
-                    // The first packet of the run was refused (EMSGSIZE,
-                    // ENETUNREACH ...): drop it, go on with the rest.
-                    c.inc(NetCounter::SendErr);
+                    // The first message was refused (EMSGSIZE, ENETUNREACH
+                    // ...): drop its packets, go on with the rest.
+                    let run = runs[0].len().max(1);
+                    c.add(NetCounter::SendErr, run as u64);
                     tracing::debug!(error = %e, dest = ?tx.batch.dest(r.start), "send failed");
-                    tx.batch.consume(1);
+                    tx.batch.consume(run);
                 }
             }
         }
         false
+    }
+
+    /// Seals every packet of `runs` for the IPv4 Identification it will
+    /// leave with (packet `k` of a run: `k`; IPv6: none), unless it was
+    /// sealed for that already. `false`: the first could not be sealed.
+    fn seal_runs(&self, tx: &mut TxState, sock: &RoceSocket, q: &TxSlot, runs: &[Range<usize>]) -> bool {
+        let v4 = sock.local_addr().is_ipv4();
+        for run in runs {
+            for (k, i) in run.clone().enumerate() {
+                let id = if v4 { gso::segment_ipv4_id(k) } else { 0 };
+                if tx.sealed[i] == Some(id) {
+                    continue;
+                }
+                let Some(dst) = tx.batch.dest(i) else {
+                    return i != runs[0].start;
+                };
+                let f = encap::HeaderFields {
+                    hop_limit: q.hop_limit,
+                    traffic_class: q.traffic_class,
+                    ipv4_id: id,
+                    ..Default::default()
+                };
+                let packet = tx.batch.packet_mut(i);
+                let ok = WireHeaders::new(sock.local_addr(), dst, packet.len(), &f)
+                    .and_then(|h| encap::seal(&h, packet))
+                    .is_ok();
+                if !ok && i == runs[0].start {
+                    return false;
+                }
+                tx.sealed[i] = ok.then_some(id);
+            }
+        }
+        true
+    }
+
+    /// Records sent packet `i` in the tap, with the ID it was sealed for.
+    fn tap_sent(&self, tx: &TxState, sock: &RoceSocket, q: &TxSlot, i: usize) {
+        if !self.tap_on.load(Ordering::Relaxed) {
+            return;
+        }
+        let (Some(dst), Some(id)) = (tx.batch.dest(i), tx.sealed[i]) else {
+            return;
+        };
+        let p = tx.batch.packet(i);
+        let f = encap::HeaderFields {
+            hop_limit: q.hop_limit,
+            traffic_class: q.traffic_class,
+            ipv4_id: id,
+            ..Default::default()
+        };
+        if let Ok(h) = WireHeaders::new(sock.local_addr(), dst, p.len(), &f) {
+            self.tap(&h, p);
+        }
     }
 
     /// Reads every socket in `recvmmsg` batches (at most
@@ -418,8 +532,16 @@ impl NetPort {
                     }
                     let now = self.clock.now();
                     for i in 0..n {
-                        if let Some((m, bytes)) = rx.get(i) {
+                        let Some((m, bytes)) = rx.get(i) else { continue };
+                        if m.segment.is_none() || m.truncated {
                             delivered += self.deliver(engine, sock, m, bytes, now);
+                            continue;
+                        }
+                        // Coalesced by UDP GRO: each segment is a packet
+                        // of its own, with the datagram's TTL and TOS.
+                        self.counters.inc(NetCounter::RcvdGroDatagrams);
+                        for seg in gso::segments(bytes, m.segment) {
+                            delivered += self.deliver(engine, sock, m, seg, now);
                         }
                     }
                     if n < rx.slots() {
@@ -490,4 +612,62 @@ impl NetPort {
             }
         }
     }
+}
+
+/// Splits the pending packets `range` (one socket, TTL and TOS) into the
+/// messages of one `sendmmsg` (into `runs`; returns how many, and the
+/// `UDP_SEGMENT` size they share, `None` for plain datagrams). With `gso`
+/// a message is a run of `gso::run_len`; one `sendmmsg` carries one
+/// control message for all, so runs of another segment size, and a single
+/// packet longer than the segment size (which would be cut), wait for the
+/// next call. Without `gso` every packet is its own message.
+fn form_runs(
+    batch: &TxBatch,
+    range: Range<usize>,
+    gso: bool,
+    runs: &mut [Range<usize>; MAX_BATCH],
+) -> (usize, Option<usize>) {
+    let mut lens = [0usize; MAX_BATCH];
+    let mut n = 0;
+    let mut used = 0;
+    let mut segment: Option<usize> = None;
+    // The longest single packet so far: a segment size chosen later must
+    // not cut it.
+    let mut longest_single = 0;
+    let mut at = range.start;
+    while at < range.end && n < MAX_BATCH {
+        let len = if gso {
+            let k = (range.end - at).min(MAX_BATCH);
+            for (j, l) in lens[..k].iter_mut().enumerate() {
+                *l = batch.packet_len(at + j);
+            }
+            gso::run_len(&lens[..k], |j| batch.same_dest(at, at + j))
+        } else {
+            1
+        }
+        .max(1);
+        if used + len > MAX_IOV {
+            break;
+        }
+        let size = batch.packet_len(at);
+        if gso {
+            match segment {
+                None if len > 1 => {
+                    if size < longest_single {
+                        break;
+                    }
+                    segment = Some(size);
+                }
+                None => longest_single = longest_single.max(size),
+                Some(s) if len > 1 && size != s => break,
+                Some(s) if len == 1 && size > s => break,
+                Some(_) => {}
+            }
+        }
+        runs[n] = at..at + len;
+        n += 1;
+        used += len;
+        at += len;
+    }
+    (n, segment)
 }
