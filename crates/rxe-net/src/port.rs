@@ -24,8 +24,8 @@ use crate::clock::Clock;
 use crate::counters::{NetCounter, NetCounters};
 use crate::encap::{self, OpenOptions, RecvInfo, WireHeaders, DEFAULT_HOP_LIMIT, MIN_PACKET};
 use crate::engine::Engine;
-use crate::netif::ip_of_gid;
 use crate::gso;
+use crate::netif::ip_of_gid;
 use crate::socket::{
     Offload, RoceSocket, RxBatch, RxMeta, TxBatch, GRO_SLOT_LEN, MAX_BATCH, MAX_IOV, ROCE_V2_PORT,
 };
@@ -454,7 +454,13 @@ impl NetPort {
     /// Seals every packet of `runs` for the IPv4 Identification it will
     /// leave with (packet `k` of a run: `k`; IPv6: none), unless it was
     /// sealed for that already. `false`: the first could not be sealed.
-    fn seal_runs(&self, tx: &mut TxState, sock: &RoceSocket, q: &TxSlot, runs: &[Range<usize>]) -> bool {
+    fn seal_runs(
+        &self,
+        tx: &mut TxState,
+        sock: &RoceSocket,
+        q: &TxSlot,
+        runs: &[Range<usize>],
+    ) -> bool {
         let v4 = sock.local_addr().is_ipv4();
         for run in runs {
             for (k, i) in run.clone().enumerate() {
@@ -532,7 +538,9 @@ impl NetPort {
                     }
                     let now = self.clock.now();
                     for i in 0..n {
-                        let Some((m, bytes)) = rx.get(i) else { continue };
+                        let Some((m, bytes)) = rx.get(i) else {
+                            continue;
+                        };
                         if m.segment.is_none() || m.truncated {
                             delivered += self.deliver(engine, sock, m, bytes, now);
                             continue;

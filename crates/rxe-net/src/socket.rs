@@ -375,9 +375,10 @@ impl RoceSocket {
         let cmsgs = if with_gso { &all[..] } else { &all[..2] };
         SEND_HEADERS.with(|cell| {
             let mut slot = cell.borrow_mut();
-            let headers = slot[usize::from(v6) + 2 * usize::from(with_gso)].get_or_insert_with(
-                || MultiHeaders::preallocate(MAX_BATCH, Some(send_cmsg_space(v6, with_gso))),
-            );
+            let headers =
+                slot[usize::from(v6) + 2 * usize::from(with_gso)].get_or_insert_with(|| {
+                    MultiHeaders::preallocate(MAX_BATCH, Some(send_cmsg_space(v6, with_gso)))
+                });
             let sent = nsock::sendmmsg(
                 self.socket.as_raw_fd(),
                 headers,
@@ -897,10 +898,12 @@ mod tests {
         for (to, coalesced) in [(&gro, true), (&plain, false)] {
             let mut tx = TxBatch::new(16, 512);
             // A run of 5 x 300 and a shorter last one, then a single packet.
-            fill(&mut tx, &[300, 300, 300, 300, 300, 120, 200], to.local_addr());
-            let sent = a
-                .send_runs(&tx, &[0..6, 6..7], Some(300), 9, 0)
-                .unwrap();
+            fill(
+                &mut tx,
+                &[300, 300, 300, 300, 300, 120, 200],
+                to.local_addr(),
+            );
+            let sent = a.send_runs(&tx, &[0..6, 6..7], Some(300), 9, 0).unwrap();
             assert_eq!(sent, 2);
             let mut rx = RxBatch::new(8, GRO_SLOT_LEN);
             let got = drain(to, &mut rx, if coalesced { 2 } else { 7 });
