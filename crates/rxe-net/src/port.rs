@@ -679,3 +679,141 @@ fn form_runs(
     }
     (n, segment)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(lens: &[(usize, u8)]) -> TxBatch {
+        let mut b = TxBatch::new(lens.len().max(1), 2048);
+        for &(len, d) in lens {
+            b.free_slot().unwrap();
+            let dest = SocketAddr::new(IpAddr::from([127, 0, 0, d]), ROCE_V2_PORT);
+            assert!(b.commit(len, dest));
+        }
+        b
+    }
+
+    fn runs(lens: &[(usize, u8)], gso: bool) -> (Vec<Range<usize>>, Option<usize>) {
+        let b = batch(lens);
+        let mut r: [Range<usize>; MAX_BATCH] = std::array::from_fn(|_| 0..0);
+        let (n, seg) = form_runs(&b, b.pending(), gso, &mut r);
+        (r[..n].to_vec(), seg)
+    }
+
+    #[test]
+    // A list of one range is meant: the messages of one call.
+    #[allow(clippy::single_range_in_vec_init)]
+    fn one_sendmmsg_takes_runs_of_one_segment_size() {
+        // Without GSO: a message per packet, no segment size.
+        assert_eq!(runs(&[(100, 1); 3], false), (vec![0..1, 1..2, 2..3], None));
+        // A run, a shorter last, then singles no longer than the segment.
+        let l = [(100, 1), (100, 1), (40, 1), (100, 2), (30, 3)];
+        assert_eq!(runs(&l, true), (vec![0..3, 3..4, 4..5], Some(100)));
+        // Another segment size waits for the next call.
+        let l = [(100, 1), (100, 1), (200, 1), (200, 1)];
+        assert_eq!(runs(&l, true), (vec![0..2], Some(100)));
+        // A single packet longer than the segment size would be cut: it waits.
+        let l = [(100, 1), (100, 1), (150, 2)];
+        assert_eq!(runs(&l, true), (vec![0..2], Some(100)));
+        // Singles first, then a run whose segment is shorter than one of them.
+        let l = [(150, 2), (100, 1), (100, 1)];
+        assert_eq!(runs(&l, true), (vec![0..1], None));
+        let l = [(50, 2), (100, 1), (100, 1)];
+        assert_eq!(runs(&l, true), (vec![0..1, 1..3], Some(100)));
+        // Only singles (every destination differs): plain datagrams.
+        let l = [(100, 1), (100, 2), (100, 3)];
+        assert_eq!(runs(&l, true), (vec![0..1, 1..2, 2..3], None));
+    }
+
+    /// Sends a fixed list of packets to one GID.
+    struct Emit(Vec<Vec<u8>>, [u8; 16]);
+
+    impl Engine for Emit {
+        fn handle(
+            &mut self,
+            _: rxe_core::transport::Instant,
+            _: &rxe_core::transport::RecvMeta,
+            _: &[u8],
+        ) {
+        }
+        fn poll_transmit(
+            &mut self,
+            _: rxe_core::transport::Instant,
+            buf: &mut [u8],
+        ) -> Option<rxe_core::transport::Transmit> {
+            let p = self.0.pop()?;
+            buf[..p.len()].copy_from_slice(&p);
+            Some(rxe_core::transport::Transmit {
+                len: p.len(),
+                dest: rxe_core::transport::AddressVector {
+                    dgid: self.1,
+                    sgid_index: 0,
+                    hop_limit: 64,
+                    traffic_class: 0,
+                    flow_label: 0,
+                    sl: 0,
+                    src_port: None,
+                },
+                src_qpn: 1,
+            })
+        }
+        fn poll_timeout(&mut self) -> Option<rxe_core::transport::Instant> {
+            None
+        }
+        fn handle_timeout(&mut self, _: rxe_core::transport::Instant) {}
+        fn source_gid(&self, i: u8) -> Option<[u8; 16]> {
+            (i == 0).then(|| crate::netif::gid_of(IpAddr::from([127, 0, 0, 170])))
+        }
+    }
+
+    /// A kernel that refuses UDP_SEGMENT: here Linux's EINVAL for GSO on a
+    /// socket with SO_NO_CHECK. The port turns GSO off for the socket,
+    /// counts it, reseals the run's packets for ID 0 and sends them one
+    /// datagram each.
+    #[test]
+    fn refused_gso_falls_back_to_plain_datagrams() {
+        let (a, b) = (
+            IpAddr::from([127, 0, 0, 170]),
+            IpAddr::from([127, 0, 0, 171]),
+        );
+        let port = NetPort::with_options(Clock::new(), 47911, OpenOptions::default())
+            .with_offload(Offload::BOTH);
+        port.add_address(a).unwrap();
+        let sock = port.sockets()[0].clone();
+        crate::socket::setsockopt_int(
+            std::os::fd::AsFd::as_fd(&*sock),
+            libc::SOL_SOCKET,
+            libc::SO_NO_CHECK,
+            1,
+        )
+        .unwrap();
+        let rx = RoceSocket::bind(b, 47911).unwrap();
+        let packets: Vec<Vec<u8>> = (0..4u8).map(|i| vec![i; 100]).collect();
+        let mut e = Emit(packets.clone(), crate::netif::gid_of(b));
+        assert_eq!(port.flush(&mut e), 4);
+        let c = port.counters();
+        assert_eq!(c.get(NetCounter::GsoFallback), 1, "{:?}", c.snapshot());
+        assert_eq!(c.get(NetCounter::SentGsoMsgs), 0);
+        assert_eq!(c.get(NetCounter::SendErr), 0);
+        assert!(!sock.gso());
+        let mut batch = RxBatch::new(8, 256);
+        let mut got = 0;
+        for _ in 0..200 {
+            let n = rx.recv_batch(&mut batch).unwrap();
+            for i in 0..n {
+                let (m, bytes) = batch.get(i).unwrap();
+                assert_eq!(bytes.len(), 100);
+                // Sealed for ID 0, what a plain datagram carries.
+                let h = WireHeaders::outgoing(m.src.unwrap(), rx.local_addr(), 100, 64, 0).unwrap();
+                rxe_core::wire::icrc::verify(&h.icrc_scope(), bytes).unwrap();
+                got += 1;
+            }
+            if got == 4 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(got, 4);
+    }
+}

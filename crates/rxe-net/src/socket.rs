@@ -120,7 +120,7 @@ fn context(e: io::Error, what: fmt::Arguments<'_>) -> io::Error {
 
 /// `setsockopt` of an `int` option that neither socket2 nor nix wraps.
 #[allow(unsafe_code)]
-fn setsockopt_int(
+pub(crate) fn setsockopt_int(
     fd: BorrowedFd<'_>,
     level: libc::c_int,
     name: libc::c_int,
