@@ -202,7 +202,8 @@ fn gro_datagrams_split_and_a_bad_segment_drops_alone() {
         assert!(tx.commit(len, dst));
         sent.push(p);
     }
-    assert_eq!(out.send_runs(&tx, &[0..5], Some(100), 64, 0).unwrap(), 1);
+    let one_run = std::iter::once(0..5).collect::<Vec<_>>();
+    assert_eq!(out.send_runs(&tx, &one_run, Some(100), 64, 0).unwrap(), 1);
     let mut r = Script::default();
     let c = pb.counters();
     until("five packets", || {
