@@ -344,9 +344,14 @@ impl NetPort {
             h => h,
         };
         let traffic_class = t.dest.traffic_class;
-        let checked = WireHeaders::outgoing(src, dst, packet.len(), hop_limit, traffic_class);
-        if let Err(e) = checked {
-            tracing::debug!(error = %e, "engine packet not sent");
+        // What `WireHeaders::new` would refuse (sealing builds them later):
+        // more than one UDP datagram carries. The families agree (above).
+        let max = if src.is_ipv4() { 65_507 } else { 65_527 };
+        if packet.len() > max {
+            tracing::debug!(
+                len = packet.len(),
+                "engine packet longer than a datagram: not sent"
+            );
             c.inc(NetCounter::SentBadLength);
             return None;
         }
@@ -463,28 +468,39 @@ impl NetPort {
     ) -> bool {
         let v4 = sock.local_addr().is_ipv4();
         for run in runs {
+            // One header per run and length; packet to packet only the ID
+            // changes (and the length of a shorter last one).
+            let mut base: Option<WireHeaders> = None;
             for (k, i) in run.clone().enumerate() {
                 let id = if v4 { gso::segment_ipv4_id(k) } else { 0 };
                 if tx.sealed[i] == Some(id) {
                     continue;
                 }
-                let Some(dst) = tx.batch.dest(i) else {
-                    return i != runs[0].start;
+                let len = tx.batch.packet_len(i);
+                let h = match base {
+                    Some(h) if h.udp_header()[4..6] == ((len + 8) as u16).to_be_bytes() => Ok(h),
+                    _ => tx
+                        .batch
+                        .dest(i)
+                        .ok_or(encap::EncapError::TooShort { len })
+                        .and_then(|dst| {
+                            WireHeaders::outgoing(
+                                sock.local_addr(),
+                                dst,
+                                len,
+                                q.hop_limit,
+                                q.traffic_class,
+                            )
+                        }),
                 };
-                let f = encap::HeaderFields {
-                    hop_limit: q.hop_limit,
-                    traffic_class: q.traffic_class,
-                    ipv4_id: id,
-                    ..Default::default()
-                };
-                let packet = tx.batch.packet_mut(i);
-                let ok = WireHeaders::new(sock.local_addr(), dst, packet.len(), &f)
-                    .and_then(|h| encap::seal(&h, packet))
-                    .is_ok();
-                if !ok && i == runs[0].start {
+                let ok = h.and_then(|h| {
+                    base = Some(h);
+                    encap::seal(&h.with_ipv4_id(id), tx.batch.packet_mut(i))
+                });
+                if ok.is_err() && i == runs[0].start {
                     return false;
                 }
-                tx.sealed[i] = ok.then_some(id);
+                tx.sealed[i] = ok.is_ok().then_some(id);
             }
         }
         true
@@ -576,7 +592,9 @@ impl NetPort {
         now: rxe_core::transport::Instant,
     ) -> usize {
         let c = &self.counters;
-        if m.truncated {
+        // With GRO the receive slots hold 64 KiB; a packet longer than any
+        // RoCE packet (the slot without GRO) is still cut off here.
+        if m.truncated || bytes.len() > SLOT_LEN {
             c.inc(NetCounter::RcvdTruncated);
             return 0;
         }
