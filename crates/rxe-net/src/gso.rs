@@ -35,19 +35,20 @@ pub fn segment_ipv4_id(k: usize) -> u16 {
     (k % 0x1_0000) as u16
 }
 
-/// How many packets from the first of `lens` form one GSO run: `same(i)`
-/// says whether packet `i` goes from the same socket to the same
-/// destination with the same TTL and TOS as packet 0. Always at least 1
-/// for a non-empty `lens`, 0 for an empty one; a run of 1 is a plain
-/// datagram.
-pub fn run_len(lens: &[usize], same: impl Fn(usize) -> bool) -> usize {
-    let Some(&segment) = lens.first() else {
+/// How many of `count` queued packets, from the first, form one GSO run:
+/// `len(i)` is packet `i`'s length, `same(i)` whether it goes from the
+/// same socket to the same destination with the same TTL and TOS as packet
+/// 0. At least 1 if `count` is, 0 for none; a run of 1 is a plain
+/// datagram. Looks at no more packets than the run takes, plus one.
+pub fn run_len(count: usize, len: impl Fn(usize) -> usize, same: impl Fn(usize) -> bool) -> usize {
+    if count == 0 {
         return 0;
-    };
+    }
+    let segment = len(0);
     let mut total = segment;
     let mut n = 1;
-    while n < lens.len() && n < MAX_SEGMENTS {
-        let len = lens[n];
+    while n < count && n < MAX_SEGMENTS {
+        let len = len(n);
         if len > segment || len == 0 || !same(n) || total + len > MAX_GSO_BYTES {
             break;
         }
@@ -81,51 +82,55 @@ mod tests {
         true
     }
 
+    fn run(lens: &[usize], same: impl Fn(usize) -> bool) -> usize {
+        run_len(lens.len(), |i| lens[i], same)
+    }
+
     #[test]
     fn equal_packets_group_up_to_the_byte_limit() {
         // 4128-byte WRITE packets: 15 fit in 65507 bytes, the 16th does not.
         let lens = [4128; 40];
-        assert_eq!(run_len(&lens, all_same), 15);
-        assert_eq!(run_len(&lens[15..], all_same), 15);
-        assert_eq!(run_len(&lens[30..], all_same), 10);
+        assert_eq!(run(&lens, all_same), 15);
+        assert_eq!(run(&lens[15..], all_same), 15);
+        assert_eq!(run(&lens[30..], all_same), 10);
         const { assert!(15 * 4128 <= MAX_GSO_BYTES && 16 * 4128 > MAX_GSO_BYTES) };
     }
 
     #[test]
     fn small_packets_group_up_to_64_segments() {
         let lens = [28; 100];
-        assert_eq!(run_len(&lens, all_same), MAX_SEGMENTS);
-        assert_eq!(run_len(&lens[64..], all_same), 36);
+        assert_eq!(run(&lens, all_same), MAX_SEGMENTS);
+        assert_eq!(run(&lens[64..], all_same), 36);
         // Exactly at the byte limit: 65507 = 1 x 65507.
-        assert_eq!(run_len(&[MAX_GSO_BYTES, 1], all_same), 1);
-        assert_eq!(run_len(&[1000; 66], all_same), 64);
+        assert_eq!(run(&[MAX_GSO_BYTES, 1], all_same), 1);
+        assert_eq!(run(&[1000; 66], all_same), 64);
     }
 
     #[test]
     fn a_shorter_packet_ends_the_run_and_a_longer_one_starts_the_next() {
-        assert_eq!(run_len(&[100, 100, 60, 100], all_same), 3);
-        assert_eq!(run_len(&[100, 100, 160, 100], all_same), 2);
-        assert_eq!(run_len(&[100, 60, 60], all_same), 2);
+        assert_eq!(run(&[100, 100, 60, 100], all_same), 3);
+        assert_eq!(run(&[100, 100, 160, 100], all_same), 2);
+        assert_eq!(run(&[100, 60, 60], all_same), 2);
         // A shorter last packet still must fit under the byte limit.
         // 15 x 4096 = 61440: 4000 more fit (65440), 4080 more do not.
         let mut lens = vec![4096; 15];
         lens.push(4000);
-        assert_eq!(run_len(&lens, all_same), 16);
+        assert_eq!(run(&lens, all_same), 16);
         lens[15] = 4080;
-        assert_eq!(run_len(&lens, all_same), 15);
-        assert_eq!(run_len(&[], all_same), 0);
-        assert_eq!(run_len(&[5], all_same), 1);
-        assert_eq!(run_len(&[5, 0, 5], all_same), 1);
+        assert_eq!(run(&lens, all_same), 15);
+        assert_eq!(run(&[], all_same), 0);
+        assert_eq!(run(&[5], all_same), 1);
+        assert_eq!(run(&[5, 0, 5], all_same), 1);
     }
 
     #[test]
     fn another_destination_ttl_or_tos_ends_the_run() {
         // `same` stands for socket, destination, TTL and TOS together.
         let lens = [200; 10];
-        assert_eq!(run_len(&lens, |i| i < 4), 4);
-        assert_eq!(run_len(&lens, |i| i != 1), 1);
+        assert_eq!(run(&lens, |i| i < 4), 4);
+        assert_eq!(run(&lens, |i| i != 1), 1);
         // A differing packet ends the run even if later ones match again.
-        assert_eq!(run_len(&lens, |i| i != 7), 7);
+        assert_eq!(run(&lens, |i| i != 7), 7);
     }
 
     #[test]

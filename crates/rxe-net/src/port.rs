@@ -653,7 +653,6 @@ fn form_runs(
     gso: bool,
     runs: &mut [Range<usize>; MAX_BATCH],
 ) -> (usize, Option<usize>) {
-    let mut lens = [0usize; MAX_BATCH];
     let mut n = 0;
     let mut used = 0;
     let mut segment: Option<usize> = None;
@@ -664,10 +663,11 @@ fn form_runs(
     while at < range.end && n < MAX_BATCH {
         let len = if gso {
             let k = (range.end - at).min(MAX_BATCH);
-            for (j, l) in lens[..k].iter_mut().enumerate() {
-                *l = batch.packet_len(at + j);
-            }
-            gso::run_len(&lens[..k], |j| batch.same_dest(at, at + j))
+            gso::run_len(
+                k,
+                |j| batch.packet_len(at + j),
+                |j| batch.same_dest(at, at + j),
+            )
         } else {
             1
         }
