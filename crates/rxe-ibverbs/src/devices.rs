@@ -187,6 +187,7 @@ fn device_for(spec: &DeviceSpec, index: u32, count: usize) -> &'static RxeDevice
             name: Some(spec.name.clone()),
             target: spec.target.clone(),
             capture: capture_for(&spec.name, count),
+            gso: DeviceConfig::default_gso(),
         },
         probe: Mutex::new(None),
     }));

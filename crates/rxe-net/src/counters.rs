@@ -65,6 +65,13 @@ net_counters! {
     SentBadLength => "sent_bad_length",
     /// Packets the pcap tap failed to write.
     TapErr => "tap_err",
+    /// Messages of several packets sent with UDP GSO (`UDP_SEGMENT`).
+    SentGsoMsgs => "sent_gso_msgs",
+    /// Sockets that turned GSO off because the kernel refused it.
+    GsoFallback => "gso_fallback",
+    /// Received datagrams the kernel had coalesced (`UDP_GRO`), each split
+    /// into its packets.
+    RcvdGroDatagrams => "rcvd_gro_datagrams",
 }
 
 /// The counters of one port, updated from any thread without locks.

@@ -2,6 +2,13 @@
 //! moves of the data path: `flush` (engine -> wire) and `receive` (wire ->
 //! engine), each batched, each with preallocated buffers.
 //!
+//! With [`Offload`] (`NetPort::with_offload`) `flush` sends runs of equal
+//! packets as UDP GSO messages and `receive` splits coalesced (`UDP_GRO`)
+//! datagrams into their packets (`gso` has the rules). A packet's ICRC is
+//! sealed when its run is known, for the IPv4 Identification the kernel
+//! will give it there, so each packet is sealed once (again only when a
+//! refused or partial send changes its place in a run).
+//!
 //! The caller holds the engine's lock around `flush` and `receive`: the
 //! application thread calls `flush` right after a post (lowest latency),
 //! the driver thread calls both. The port's own buffers sit behind their
@@ -9,6 +16,7 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr, SocketAddrV6};
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
@@ -16,8 +24,11 @@ use crate::clock::Clock;
 use crate::counters::{NetCounter, NetCounters};
 use crate::encap::{self, OpenOptions, RecvInfo, WireHeaders, DEFAULT_HOP_LIMIT, MIN_PACKET};
 use crate::engine::Engine;
+use crate::gso;
 use crate::netif::ip_of_gid;
-use crate::socket::{RoceSocket, RxBatch, RxMeta, TxBatch, MAX_BATCH, ROCE_V2_PORT};
+use crate::socket::{
+    Offload, RoceSocket, RxBatch, RxMeta, TxBatch, GRO_SLOT_LEN, MAX_BATCH, MAX_IOV, ROCE_V2_PORT,
+};
 use crate::tap::PcapTap;
 
 /// Room for the largest packet: 4096 bytes of payload, BTH and extended
@@ -43,6 +54,9 @@ struct TxSlot {
 struct TxState {
     batch: TxBatch,
     slots: Box<[TxSlot]>,
+    /// The IPv4 Identification each queued packet's ICRC was sealed for;
+    /// `None`: not sealed yet.
+    sealed: Box<[Option<u16>]>,
 }
 
 /// The I/O side of one port.
@@ -51,6 +65,9 @@ pub struct NetPort {
     clock: Clock,
     udp_port: u16,
     options: OpenOptions,
+    offload: Offload,
+    /// A GSO refusal was logged (once per port).
+    gso_refusal_logged: AtomicBool,
     sockets: RwLock<Vec<Arc<RoceSocket>>>,
     generation: AtomicU64,
     tx: Mutex<TxState>,
@@ -76,11 +93,14 @@ impl NetPort {
             clock,
             udp_port,
             options,
+            offload: Offload::NONE,
+            gso_refusal_logged: AtomicBool::new(false),
             sockets: RwLock::new(Vec::new()),
             generation: AtomicU64::new(0),
             tx: Mutex::new(TxState {
                 batch: TxBatch::new(MAX_BATCH, SLOT_LEN),
                 slots: vec![TxSlot::default(); MAX_BATCH].into_boxed_slice(),
+                sealed: vec![None; MAX_BATCH].into_boxed_slice(),
             }),
             rx: Mutex::new(RxBatch::new(MAX_BATCH, SLOT_LEN)),
             tap: Mutex::new(None),
@@ -90,6 +110,23 @@ impl NetPort {
             unread: AtomicBool::new(false),
             send_blocked: AtomicBool::new(false),
         }
+    }
+
+    /// The port with segmentation offloads (before any address is added:
+    /// they are set up when a socket is bound). With GRO the receive slots
+    /// grow to [`GRO_SLOT_LEN`] (64 of them: 4 MiB of address space, of
+    /// which only the pages datagrams reach become resident).
+    pub fn with_offload(mut self, offload: Offload) -> NetPort {
+        self.offload = offload;
+        let slot_len = if offload.gro { GRO_SLOT_LEN } else { SLOT_LEN };
+        self.rx = Mutex::new(RxBatch::new(MAX_BATCH, slot_len));
+        self
+    }
+
+    /// The offloads asked for (a socket may have had to do without:
+    /// `RoceSocket::gso`, `RoceSocket::gro`).
+    pub fn offload(&self) -> Offload {
+        self.offload
     }
 
     pub fn clock(&self) -> Clock {
@@ -120,11 +157,13 @@ impl NetPort {
             if socks.iter().any(|s| s.local_addr().ip() == ip) {
                 return Ok(());
             }
-            let s = RoceSocket::bind(ip, self.udp_port)?;
+            let s = RoceSocket::bind_with(ip, self.udp_port, self.offload)?;
             tracing::info!(
                 local = %s.local_addr(),
                 recv_buffer = s.recv_buffer_size(),
                 send_buffer = s.send_buffer_size(),
+                gso = s.gso(),
+                gro = s.gro(),
                 "port address added"
             );
             socks.push(Arc::new(s));
@@ -295,6 +334,7 @@ impl NetPort {
                     };
                     if let Some(q) = self.stage(engine, &sockets, t, slot) {
                         tx.slots[i] = q.0;
+                        tx.sealed[i] = None;
                         if !tx.batch.commit(t.len, q.1) {
                             self.counters.inc(NetCounter::SentBadLength);
                         }
@@ -319,8 +359,9 @@ impl NetPort {
         sent
     }
 
-    /// Checks one engine packet, picks its socket and seals its ICRC;
-    /// `None` (counted) drops it.
+    /// Checks one engine packet and picks its socket (its ICRC is sealed in
+    /// `send_queued`, once its place in a GSO run is known); `None`
+    /// (counted) drops it.
     fn stage<E: Engine + ?Sized>(
         &self,
         engine: &E,
@@ -361,10 +402,14 @@ impl NetPort {
             h => h,
         };
         let traffic_class = t.dest.traffic_class;
-        let sealed = WireHeaders::outgoing(src, dst, t.len, hop_limit, traffic_class)
-            .and_then(|h| encap::seal(&h, packet));
-        if let Err(e) = sealed {
-            tracing::debug!(error = %e, "engine packet not sent");
+        // What `WireHeaders::new` would refuse (sealing builds them later):
+        // more than one UDP datagram carries. The families agree (above).
+        let max = if src.is_ipv4() { 65_507 } else { 65_527 };
+        if packet.len() > max {
+            tracing::debug!(
+                len = packet.len(),
+                "engine packet longer than a datagram: not sent"
+            );
             c.inc(NetCounter::SentBadLength);
             return None;
         }
@@ -378,10 +423,12 @@ impl NetPort {
         ))
     }
 
-    /// Sends what is queued, in runs of packets with the same socket, TTL and
-    /// TOS. Returns whether a socket's buffer was full.
+    /// Sends what is queued: packets with the same socket, TTL and TOS in
+    /// one `sendmmsg`, as GSO runs where the socket has GSO. Returns
+    /// whether a socket's buffer was full.
     fn send_queued(&self, tx: &mut TxState, sockets: &[Arc<RoceSocket>], sent: &mut usize) -> bool {
         let c = &self.counters;
+        let mut runs: [Range<usize>; MAX_BATCH] = std::array::from_fn(|_| 0..0);
         while !tx.batch.is_empty() {
             let r = tx.batch.pending();
             let first = tx.slots[r.start];
@@ -389,19 +436,29 @@ impl NetPort {
             while end < r.end && tx.slots[end] == first {
                 end += 1;
             }
-            let run = end - r.start;
             let Some(sock) = first
                 .src
                 .and_then(|src| sockets.iter().find(|s| s.local_addr() == src))
             else {
                 // Its address was removed since the packet was queued.
+                let run = end - r.start;
                 c.add(NetCounter::SentNoSocket, run as u64);
                 tx.batch.consume(run);
                 continue;
             };
-            match sock.send_batch(
+            let (n_runs, segment) = form_runs(&tx.batch, r.start..end, sock.gso(), &mut runs);
+            if !self.seal_runs(tx, sock, &first, &runs[..n_runs]) {
+                // Sealing refused the first packet (never: `stage` checked
+                // it); drop it rather than loop.
+                c.inc(NetCounter::SentBadLength);
+                tx.batch.consume(1);
+                continue;
+            }
+            let segment = segment.and_then(|s| u16::try_from(s).ok());
+            match sock.send_runs(
                 &tx.batch,
-                r.start..end,
+                &runs[..n_runs],
+                segment,
                 first.hop_limit,
                 first.traffic_class,
             ) {
@@ -409,43 +466,122 @@ impl NetPort {
                     c.inc(NetCounter::SendDeferred);
                     return true;
                 }
-                Ok(n) => {
-                    for i in r.start..r.start + n {
-                        let p = tx.batch.packet(i);
-                        c.add(NetCounter::SentBytes, p.len() as u64);
-                        if self.tap_on.load(Ordering::Relaxed) {
-                            if let Some(dst) = tx.batch.dest(i) {
-                                if let Ok(h) = WireHeaders::outgoing(
-                                    sock.local_addr(),
-                                    dst,
-                                    p.len(),
-                                    first.hop_limit,
-                                    first.traffic_class,
-                                ) {
-                                    self.tap(&h, p);
-                                }
-                            }
+                Ok(m) => {
+                    let mut packets = 0;
+                    for run in &runs[..m] {
+                        if run.len() > 1 {
+                            c.inc(NetCounter::SentGsoMsgs);
                         }
+                        for i in run.clone() {
+                            c.add(NetCounter::SentBytes, tx.batch.packet_len(i) as u64);
+                            self.tap_sent(tx, sock, &first, i);
+                        }
+                        packets += run.len();
                     }
-                    c.add(NetCounter::SentPkts, n as u64);
-                    *sent += n;
-                    tx.batch.consume(n);
+                    c.add(NetCounter::SentPkts, packets as u64);
+                    *sent += packets;
+                    tx.batch.consume(packets);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     c.inc(NetCounter::SendDeferred);
                     return true;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e)
+                    if segment.is_some()
+                        && matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL)) =>
+                {
+                    // The kernel (or the route's device) refuses UDP GSO:
+                    // this socket sends one datagram per packet from now
+                    // on; the packets are resealed for ID 0 next round.
+                    if sock.disable_gso() {
+                        c.inc(NetCounter::GsoFallback);
+                    }
+                    if !self.gso_refusal_logged.swap(true, Ordering::Relaxed) {
+                        tracing::warn!(error = %e, local = %sock.local_addr(), "UDP GSO refused: sending one datagram per packet");
+                    }
+                }
                 Err(e) => {
-                    // The first packet of the run was refused (EMSGSIZE,
-                    // ENETUNREACH ...): drop it, go on with the rest.
-                    c.inc(NetCounter::SendErr);
+                    // The first message was refused (EMSGSIZE, ENETUNREACH
+                    // ...): drop its packets, go on with the rest.
+                    let run = runs[0].len().max(1);
+                    c.add(NetCounter::SendErr, run as u64);
                     tracing::debug!(error = %e, dest = ?tx.batch.dest(r.start), "send failed");
-                    tx.batch.consume(1);
+                    tx.batch.consume(run);
                 }
             }
         }
         false
+    }
+
+    /// Seals every packet of `runs` for the IPv4 Identification it will
+    /// leave with (packet `k` of a run: `k`; IPv6: none), unless it was
+    /// sealed for that already. `false`: the first could not be sealed.
+    fn seal_runs(
+        &self,
+        tx: &mut TxState,
+        sock: &RoceSocket,
+        q: &TxSlot,
+        runs: &[Range<usize>],
+    ) -> bool {
+        let v4 = sock.local_addr().is_ipv4();
+        for run in runs {
+            // One header per run and length; packet to packet only the ID
+            // changes (and the length of a shorter last one).
+            let mut base: Option<WireHeaders> = None;
+            for (k, i) in run.clone().enumerate() {
+                let id = if v4 { gso::segment_ipv4_id(k) } else { 0 };
+                if tx.sealed[i] == Some(id) {
+                    continue;
+                }
+                let len = tx.batch.packet_len(i);
+                let h = match base {
+                    Some(h) if h.udp_header()[4..6] == ((len + 8) as u16).to_be_bytes() => Ok(h),
+                    _ => tx
+                        .batch
+                        .dest(i)
+                        .ok_or(encap::EncapError::TooShort { len })
+                        .and_then(|dst| {
+                            WireHeaders::outgoing(
+                                sock.local_addr(),
+                                dst,
+                                len,
+                                q.hop_limit,
+                                q.traffic_class,
+                            )
+                        }),
+                };
+                let ok = h.and_then(|h| {
+                    base = Some(h);
+                    encap::seal(&h.with_ipv4_id(id), tx.batch.packet_mut(i))
+                });
+                if ok.is_err() && i == runs[0].start {
+                    return false;
+                }
+                tx.sealed[i] = ok.is_ok().then_some(id);
+            }
+        }
+        true
+    }
+
+    /// Records sent packet `i` in the tap, with the ID it was sealed for.
+    fn tap_sent(&self, tx: &TxState, sock: &RoceSocket, q: &TxSlot, i: usize) {
+        if !self.tap_on.load(Ordering::Relaxed) {
+            return;
+        }
+        let (Some(dst), Some(id)) = (tx.batch.dest(i), tx.sealed[i]) else {
+            return;
+        };
+        let p = tx.batch.packet(i);
+        let f = encap::HeaderFields {
+            hop_limit: q.hop_limit,
+            traffic_class: q.traffic_class,
+            ipv4_id: id,
+            ..Default::default()
+        };
+        if let Ok(h) = WireHeaders::new(sock.local_addr(), dst, p.len(), &f) {
+            self.tap(&h, p);
+        }
     }
 
     /// Reads every socket in `recvmmsg` batches (at most
@@ -476,8 +612,18 @@ impl NetPort {
                     }
                     let now = self.clock.now();
                     for i in 0..n {
-                        if let Some((m, bytes)) = rx.get(i) {
+                        let Some((m, bytes)) = rx.get(i) else {
+                            continue;
+                        };
+                        if m.segment.is_none() || m.truncated {
                             delivered += self.deliver(engine, sock, m, bytes, now);
+                            continue;
+                        }
+                        // Coalesced by UDP GRO: each segment is a packet
+                        // of its own, with the datagram's TTL and TOS.
+                        self.counters.inc(NetCounter::RcvdGroDatagrams);
+                        for seg in gso::segments(bytes, m.segment) {
+                            delivered += self.deliver(engine, sock, m, seg, now);
                         }
                     }
                     if n < rx.slots() {
@@ -504,7 +650,9 @@ impl NetPort {
         now: rxe_core::transport::Instant,
     ) -> usize {
         let c = &self.counters;
-        if m.truncated {
+        // With GRO the receive slots hold 64 KiB; a packet longer than any
+        // RoCE packet (the slot without GRO) is still cut off here.
+        if m.truncated || bytes.len() > SLOT_LEN {
             c.inc(NetCounter::RcvdTruncated);
             return 0;
         }
@@ -547,5 +695,201 @@ impl NetPort {
                 0
             }
         }
+    }
+}
+
+/// Splits the pending packets `range` (one socket, TTL and TOS) into the
+/// messages of one `sendmmsg` (into `runs`; returns how many, and the
+/// `UDP_SEGMENT` size they share, `None` for plain datagrams). With `gso`
+/// a message is a run of `gso::run_len`; one `sendmmsg` carries one
+/// control message for all, so runs of another segment size, and a single
+/// packet longer than the segment size (which would be cut), wait for the
+/// next call. Without `gso` every packet is its own message.
+fn form_runs(
+    batch: &TxBatch,
+    range: Range<usize>,
+    gso: bool,
+    runs: &mut [Range<usize>; MAX_BATCH],
+) -> (usize, Option<usize>) {
+    let mut n = 0;
+    let mut used = 0;
+    let mut segment: Option<usize> = None;
+    // The longest single packet so far: a segment size chosen later must
+    // not cut it.
+    let mut longest_single = 0;
+    let mut at = range.start;
+    while at < range.end && n < MAX_BATCH {
+        let len = if gso {
+            let k = (range.end - at).min(MAX_BATCH);
+            gso::run_len(
+                k,
+                |j| batch.packet_len(at + j),
+                |j| batch.same_dest(at, at + j),
+            )
+        } else {
+            1
+        }
+        .max(1);
+        if used + len > MAX_IOV {
+            break;
+        }
+        let size = batch.packet_len(at);
+        if gso {
+            match segment {
+                None if len > 1 => {
+                    if size < longest_single {
+                        break;
+                    }
+                    segment = Some(size);
+                }
+                None => longest_single = longest_single.max(size),
+                Some(s) if len > 1 && size != s => break,
+                Some(s) if len == 1 && size > s => break,
+                Some(_) => {}
+            }
+        }
+        runs[n] = at..at + len;
+        n += 1;
+        used += len;
+        at += len;
+    }
+    (n, segment)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(lens: &[(usize, u8)]) -> TxBatch {
+        let mut b = TxBatch::new(lens.len().max(1), 2048);
+        for &(len, d) in lens {
+            b.free_slot().unwrap();
+            let dest = SocketAddr::new(IpAddr::from([127, 0, 0, d]), ROCE_V2_PORT);
+            assert!(b.commit(len, dest));
+        }
+        b
+    }
+
+    fn runs(lens: &[(usize, u8)], gso: bool) -> (Vec<Range<usize>>, Option<usize>) {
+        let b = batch(lens);
+        let mut r: [Range<usize>; MAX_BATCH] = std::array::from_fn(|_| 0..0);
+        let (n, seg) = form_runs(&b, b.pending(), gso, &mut r);
+        (r[..n].to_vec(), seg)
+    }
+
+    #[test]
+    // A list of one range is meant: the messages of one call.
+    #[allow(clippy::single_range_in_vec_init)]
+    fn one_sendmmsg_takes_runs_of_one_segment_size() {
+        // Without GSO: a message per packet, no segment size.
+        assert_eq!(runs(&[(100, 1); 3], false), (vec![0..1, 1..2, 2..3], None));
+        // A run, a shorter last, then singles no longer than the segment.
+        let l = [(100, 1), (100, 1), (40, 1), (100, 2), (30, 3)];
+        assert_eq!(runs(&l, true), (vec![0..3, 3..4, 4..5], Some(100)));
+        // Another segment size waits for the next call.
+        let l = [(100, 1), (100, 1), (200, 1), (200, 1)];
+        assert_eq!(runs(&l, true), (vec![0..2], Some(100)));
+        // A single packet longer than the segment size would be cut: it waits.
+        let l = [(100, 1), (100, 1), (150, 2)];
+        assert_eq!(runs(&l, true), (vec![0..2], Some(100)));
+        // Singles first, then a run whose segment is shorter than one of them.
+        let l = [(150, 2), (100, 1), (100, 1)];
+        assert_eq!(runs(&l, true), (vec![0..1], None));
+        let l = [(50, 2), (100, 1), (100, 1)];
+        assert_eq!(runs(&l, true), (vec![0..1, 1..3], Some(100)));
+        // Only singles (every destination differs): plain datagrams.
+        let l = [(100, 1), (100, 2), (100, 3)];
+        assert_eq!(runs(&l, true), (vec![0..1, 1..2, 2..3], None));
+    }
+
+    /// Sends a fixed list of packets to one GID.
+    struct Emit(Vec<Vec<u8>>, [u8; 16]);
+
+    impl Engine for Emit {
+        fn handle(
+            &mut self,
+            _: rxe_core::transport::Instant,
+            _: &rxe_core::transport::RecvMeta,
+            _: &[u8],
+        ) {
+        }
+        fn poll_transmit(
+            &mut self,
+            _: rxe_core::transport::Instant,
+            buf: &mut [u8],
+        ) -> Option<rxe_core::transport::Transmit> {
+            let p = self.0.pop()?;
+            buf[..p.len()].copy_from_slice(&p);
+            Some(rxe_core::transport::Transmit {
+                len: p.len(),
+                dest: rxe_core::transport::AddressVector {
+                    dgid: self.1,
+                    sgid_index: 0,
+                    hop_limit: 64,
+                    traffic_class: 0,
+                    flow_label: 0,
+                    sl: 0,
+                    src_port: None,
+                },
+                src_qpn: 1,
+            })
+        }
+        fn poll_timeout(&mut self) -> Option<rxe_core::transport::Instant> {
+            None
+        }
+        fn handle_timeout(&mut self, _: rxe_core::transport::Instant) {}
+        fn source_gid(&self, i: u8) -> Option<[u8; 16]> {
+            (i == 0).then(|| crate::netif::gid_of(IpAddr::from([127, 0, 0, 170])))
+        }
+    }
+
+    /// A kernel that refuses UDP_SEGMENT: here Linux's EINVAL for GSO on a
+    /// socket with SO_NO_CHECK. The port turns GSO off for the socket,
+    /// counts it, reseals the run's packets for ID 0 and sends them one
+    /// datagram each.
+    #[test]
+    fn refused_gso_falls_back_to_plain_datagrams() {
+        let (a, b) = (
+            IpAddr::from([127, 0, 0, 170]),
+            IpAddr::from([127, 0, 0, 171]),
+        );
+        let port = NetPort::with_options(Clock::new(), 47911, OpenOptions::default())
+            .with_offload(Offload::BOTH);
+        port.add_address(a).unwrap();
+        let sock = port.sockets()[0].clone();
+        crate::socket::setsockopt_int(
+            std::os::fd::AsFd::as_fd(&*sock),
+            libc::SOL_SOCKET,
+            libc::SO_NO_CHECK,
+            1,
+        )
+        .unwrap();
+        let rx = RoceSocket::bind(b, 47911).unwrap();
+        let packets: Vec<Vec<u8>> = (0..4u8).map(|i| vec![i; 100]).collect();
+        let mut e = Emit(packets.clone(), crate::netif::gid_of(b));
+        assert_eq!(port.flush(&mut e), 4);
+        let c = port.counters();
+        assert_eq!(c.get(NetCounter::GsoFallback), 1, "{:?}", c.snapshot());
+        assert_eq!(c.get(NetCounter::SentGsoMsgs), 0);
+        assert_eq!(c.get(NetCounter::SendErr), 0);
+        assert!(!sock.gso());
+        let mut batch = RxBatch::new(8, 256);
+        let mut got = 0;
+        for _ in 0..200 {
+            let n = rx.recv_batch(&mut batch).unwrap();
+            for i in 0..n {
+                let (m, bytes) = batch.get(i).unwrap();
+                assert_eq!(bytes.len(), 100);
+                // Sealed for ID 0, what a plain datagram carries.
+                let h = WireHeaders::outgoing(m.src.unwrap(), rx.local_addr(), 100, 64, 0).unwrap();
+                rxe_core::wire::icrc::verify(&h.icrc_scope(), bytes).unwrap();
+                got += 1;
+            }
+            if got == 4 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(got, 4);
     }
 }

@@ -16,8 +16,18 @@
 //!   datagram (`IP_RECVTTL`, `IP_RECVTOS`, `IPV6_RECVHOPLIMIT`,
 //!   `IPV6_RECVTCLASS`) so that the UD GRH space can hold the real values,
 //!   and are set per batch on send from the address vector.
-//! - No UDP GSO: the kernel numbers the IPv4 IDs of GSO segments upward,
-//!   so each segment would need its own ICRC.
+//! - UDP GSO and GRO, when the port asks for them ([`Offload`]): a run of
+//!   equal packets to one destination goes out as one message with a
+//!   `UDP_SEGMENT` control message ([`RoceSocket::send_runs`]; `gso`
+//!   decides the runs), and the kernel hands over what a GSO sender sent
+//!   as one coalesced datagram with its `UDP_GRO` segment size
+//!   ([`RxMeta::segment`]). The kernel numbers the IPv4 IDs of the
+//!   segments upward from 0, so each is sealed for its own ID. Linux
+//!   refuses GSO on a socket with `SO_NO_CHECK` (EINVAL), so an IPv4
+//!   socket with GSO sends real UDP checksums, as IPv6 does (the ICRC
+//!   masks the field; on loopback and offloading NICs nobody computes
+//!   them). A kernel that refuses `UDP_SEGMENT` (EIO, EINVAL) turns GSO
+//!   off for the socket ([`RoceSocket::disable_gso`]).
 //!
 //! Batches use `sendmmsg`/`recvmmsg` through nix. nix's `MultiHeaders` (the
 //! preallocated `mmsghdr` array) holds raw pointers and so is not `Send`;
@@ -31,6 +41,7 @@ use std::io::{self, IoSlice, IoSliceMut};
 use std::net::{IpAddr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::ops::Range;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use nix::sys::socket::{
     self as nsock, sockopt, ControlMessage, ControlMessageOwned, MsgFlags, MultiHeaders,
@@ -44,6 +55,35 @@ pub const ROCE_V2_PORT: u16 = rxe_core::wire::frame::ROCE_V2_PORT;
 pub const MAX_BATCH: usize = 64;
 /// The socket buffer size asked for (each direction).
 pub const WANTED_BUFFER: usize = 8 << 20;
+/// iovec entries of one [`RoceSocket::send_runs`] call, at most (each
+/// packet of each message is one).
+pub const MAX_IOV: usize = 256;
+/// A receive slot that holds any coalesced datagram (at most 65535 bytes
+/// of IP datagram).
+pub const GRO_SLOT_LEN: usize = 64 << 10;
+
+/// The segmentation offloads a socket uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Offload {
+    /// Send runs of packets as one `UDP_SEGMENT` message.
+    pub gso: bool,
+    /// Receive coalesced datagrams (`UDP_GRO`); needs receive slots of
+    /// [`GRO_SLOT_LEN`].
+    pub gro: bool,
+}
+
+impl Offload {
+    /// Neither (one datagram per system call slot, `SO_NO_CHECK` on IPv4).
+    pub const NONE: Offload = Offload {
+        gso: false,
+        gro: false,
+    };
+    /// Both.
+    pub const BOTH: Offload = Offload {
+        gso: true,
+        gro: true,
+    };
+}
 
 /// `UDP_NO_CHECK6_RX` (linux/udp.h); not in every libc.
 const UDP_NO_CHECK6_RX: libc::c_int = 102;
@@ -54,6 +94,9 @@ pub struct RoceSocket {
     local: SocketAddr,
     recv_buffer: usize,
     send_buffer: usize,
+    /// GSO asked for and not refused yet.
+    gso: AtomicBool,
+    gro: bool,
 }
 
 impl fmt::Debug for RoceSocket {
@@ -63,6 +106,8 @@ impl fmt::Debug for RoceSocket {
             .field("fd", &self.socket.as_raw_fd())
             .field("recv_buffer", &self.recv_buffer)
             .field("send_buffer", &self.send_buffer)
+            .field("gso", &self.gso())
+            .field("gro", &self.gro)
             .finish()
     }
 }
@@ -75,7 +120,7 @@ fn context(e: io::Error, what: fmt::Arguments<'_>) -> io::Error {
 
 /// `setsockopt` of an `int` option that neither socket2 nor nix wraps.
 #[allow(unsafe_code)]
-fn setsockopt_int(
+pub(crate) fn setsockopt_int(
     fd: BorrowedFd<'_>,
     level: libc::c_int,
     name: libc::c_int,
@@ -99,7 +144,13 @@ impl RoceSocket {
     /// module doc). A port in use fails with `ErrorKind::AddrInUse`, an
     /// address that is not local with `ErrorKind::AddrNotAvailable`.
     pub fn bind(ip: IpAddr, port: u16) -> io::Result<RoceSocket> {
-        let s = RoceSocket::open(ip, port, |_| Ok(()))?;
+        RoceSocket::bind_with(ip, port, Offload::NONE)
+    }
+
+    /// [`RoceSocket::bind`] with the offloads `offload`. A kernel without
+    /// `UDP_GRO` leaves the socket without it (see [`RoceSocket::gro`]).
+    pub fn bind_with(ip: IpAddr, port: u16, offload: Offload) -> io::Result<RoceSocket> {
+        let s = RoceSocket::open(ip, port, offload, |_| Ok(()))?;
         // Multicast sends leave by this address's interface, never by
         // the default route (IP_MULTICAST_IF / IPV6_MULTICAST_IF).
         match ip {
@@ -122,7 +173,7 @@ impl RoceSocket {
                 format!("{group} is not a multicast group of {member_of}'s family"),
             ));
         }
-        RoceSocket::open(group, port, |socket| {
+        RoceSocket::open(group, port, Offload::NONE, |socket| {
             socket.set_reuse_address(true)?;
             match (group, member_of) {
                 (IpAddr::V4(g), IpAddr::V4(via)) => {
@@ -140,10 +191,12 @@ impl RoceSocket {
         })
     }
 
-    /// Opens the socket, sets it up for RoCEv2, runs `before_bind`, binds.
+    /// Opens the socket, sets it up for RoCEv2 with `offload`, runs
+    /// `before_bind`, binds.
     fn open(
         ip: IpAddr,
         port: u16,
+        offload: Offload,
         before_bind: impl FnOnce(&Socket) -> io::Result<()>,
     ) -> io::Result<RoceSocket> {
         let local = match ip {
@@ -169,8 +222,11 @@ impl RoceSocket {
                     libc::IP_PMTUDISC_DO,
                 )
                 .map_err(|e| context(e, format_args!("IP_MTU_DISCOVER on {local}")))?;
-                setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_NO_CHECK, 1)
-                    .map_err(|e| context(e, format_args!("SO_NO_CHECK on {local}")))?;
+                if !offload.gso {
+                    // With GSO the kernel needs checksums on (see the module doc).
+                    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_NO_CHECK, 1)
+                        .map_err(|e| context(e, format_args!("SO_NO_CHECK on {local}")))?;
+                }
                 nsock::setsockopt(&socket, sockopt::Ipv4RecvTtl, &true).map_err(io::Error::from)?;
                 nsock::setsockopt(&socket, sockopt::IpRecvTos, &true).map_err(io::Error::from)?;
             }
@@ -189,6 +245,14 @@ impl RoceSocket {
                 socket.set_recv_tclass_v6(true)?;
             }
         }
+        let gro = offload.gro
+            && match nsock::setsockopt(&socket, sockopt::UdpGroSegment, &true) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::info!(error = %e, %local, "no UDP_GRO: one datagram per packet");
+                    false
+                }
+            };
         let (recv_buffer, send_buffer) = size_buffers(&socket);
         before_bind(&socket)?;
         socket
@@ -198,13 +262,32 @@ impl RoceSocket {
             .local_addr()?
             .as_socket()
             .ok_or_else(|| io::Error::other("bound socket has no IP address"))?;
-        tracing::debug!(%local, recv_buffer, send_buffer, "RoCE socket bound");
+        tracing::debug!(%local, recv_buffer, send_buffer, gso = offload.gso, gro, "RoCE socket bound");
         Ok(RoceSocket {
             socket,
             local,
             recv_buffer,
             send_buffer,
+            gso: AtomicBool::new(offload.gso),
+            gro,
         })
+    }
+
+    /// Whether [`RoceSocket::send_runs`] may send runs of several packets.
+    pub fn gso(&self) -> bool {
+        self.gso.load(Ordering::Relaxed)
+    }
+
+    /// Stops GSO on this socket (the kernel refused it); whether it was on.
+    /// The socket keeps sending UDP checksums.
+    pub fn disable_gso(&self) -> bool {
+        self.gso.swap(false, Ordering::Relaxed)
+    }
+
+    /// Whether the socket receives coalesced datagrams: its receive slots
+    /// must then be [`GRO_SLOT_LEN`] long, or they come truncated.
+    pub fn gro(&self) -> bool {
+        self.gro
     }
 
     /// The bound address.
@@ -268,13 +351,89 @@ impl RoceSocket {
         SEND_HEADERS.with(|cell| {
             let mut slot = cell.borrow_mut();
             let headers = slot[usize::from(v6)].get_or_insert_with(|| {
-                MultiHeaders::preallocate(MAX_BATCH, Some(send_cmsg_space(v6)))
+                MultiHeaders::preallocate(MAX_BATCH, Some(send_cmsg_space(v6, false)))
             });
             let sent = nsock::sendmmsg(
                 self.socket.as_raw_fd(),
                 headers,
                 iovs[..n].iter(),
                 &tx.dests[start..end],
+                cmsgs,
+                MsgFlags::empty(),
+            )
+            .map_err(io::Error::from)?;
+            Ok(sent.count())
+        })
+    }
+
+    /// Sends the runs `runs` of `tx` (each a range of its pending slots,
+    /// in order) with one `sendmmsg`, a message per run, with TTL/hop
+    /// limit `hop_limit` and TOS/traffic class `traffic_class`. With
+    /// `segment` every message carries `UDP_SEGMENT` of that size: a run
+    /// whose packets are all `segment` long but the last leaves as one
+    /// datagram per packet; a single packet no longer than `segment`
+    /// leaves as a plain datagram. Takes at most [`MAX_BATCH`] runs and
+    /// [`MAX_IOV`] packets (an empty range ends the list). Returns how many
+    /// runs the kernel took, from the first; an error means the first was
+    /// refused (`WouldBlock`: the socket buffer is full; EIO or EINVAL with
+    /// `segment`: GSO refused).
+    pub fn send_runs(
+        &self,
+        tx: &TxBatch,
+        runs: &[Range<usize>],
+        segment: Option<u16>,
+        hop_limit: u8,
+        traffic_class: u8,
+    ) -> io::Result<usize> {
+        let mut iovs: [IoSlice<'_>; MAX_IOV] = [IoSlice::new(&[]); MAX_IOV];
+        let mut msgs: [Range<usize>; MAX_BATCH] = std::array::from_fn(|_| 0..0);
+        let mut dests: [Option<SockaddrStorage>; MAX_BATCH] = [None; MAX_BATCH];
+        let (mut n, mut used) = (0, 0);
+        for r in runs.iter().take(MAX_BATCH) {
+            let r = r.start.max(tx.start)..r.end.min(tx.end);
+            if r.is_empty() || used + r.len() > MAX_IOV {
+                break;
+            }
+            for (k, i) in r.clone().enumerate() {
+                iovs[used + k] = IoSlice::new(tx.packet(i));
+            }
+            msgs[n] = used..used + r.len();
+            dests[n] = tx.dests[r.start];
+            used += r.len();
+            n += 1;
+        }
+        if n == 0 {
+            return Ok(0);
+        }
+        let slices: [&[IoSlice<'_>]; MAX_BATCH] = std::array::from_fn(|i| &iovs[msgs[i].clone()]);
+        let v6 = self.local.is_ipv6();
+        let ttl: libc::c_int = hop_limit.into();
+        let tos: u8 = traffic_class;
+        let tclass: libc::c_int = traffic_class.into();
+        let seg: u16 = segment.unwrap_or(0);
+        let with_gso = segment.is_some();
+        let ip_cmsgs = if v6 {
+            [
+                ControlMessage::Ipv6HopLimit(&ttl),
+                ControlMessage::Ipv6TClass(&tclass),
+            ]
+        } else {
+            [ControlMessage::Ipv4Ttl(&ttl), ControlMessage::Ipv4Tos(&tos)]
+        };
+        let [a, b] = ip_cmsgs;
+        let all = [a, b, ControlMessage::UdpGsoSegments(&seg)];
+        let cmsgs = if with_gso { &all[..] } else { &all[..2] };
+        SEND_HEADERS.with(|cell| {
+            let mut slot = cell.borrow_mut();
+            let headers =
+                slot[usize::from(v6) + 2 * usize::from(with_gso)].get_or_insert_with(|| {
+                    MultiHeaders::preallocate(MAX_BATCH, Some(send_cmsg_space(v6, with_gso)))
+                });
+            let sent = nsock::sendmmsg(
+                self.socket.as_raw_fd(),
+                headers,
+                slices[..n].iter(),
+                &dests[..n],
                 cmsgs,
                 MsgFlags::empty(),
             )
@@ -295,19 +454,27 @@ impl RoceSocket {
             count,
         } = rx;
         let n = meta.len().min(MAX_BATCH);
+        let gro = self.gro;
         RECV_HEADERS.with(|cell| {
             let mut slot = cell.borrow_mut();
-            let (got, ctrunc) = {
+            let mut stale = STALE_FOR_GRO.get();
+            if gro && stale[usize::from(v6)] {
+                slot[usize::from(v6)] = None;
+                stale[usize::from(v6)] = false;
+            }
+            let (got, ctrunc, shrunk) = {
                 let headers = slot[usize::from(v6)].get_or_insert_with(|| {
                     MultiHeaders::preallocate(
                         MAX_BATCH,
-                        Some(nix::cmsg_space!(libc::c_int, libc::c_int)),
+                        // TTL, TOS and the UDP_GRO segment size.
+                        Some(nix::cmsg_space!(libc::c_int, libc::c_int, libc::c_int)),
                     )
                 });
                 let mut chunks = data.chunks_mut(*slot_len);
                 let mut iovs: [[IoSliceMut<'_>; 1]; MAX_BATCH] =
                     std::array::from_fn(|_| [IoSliceMut::new(chunks.next().unwrap_or_default())]);
                 let mut ctrunc = false;
+                let mut shrunk = false;
                 let got = match nsock::recvmmsg(
                     self.socket.as_raw_fd(),
                     headers,
@@ -324,6 +491,7 @@ impl RoceSocket {
                                 hop_limit: None,
                                 traffic_class: None,
                                 truncated: msg.flags.contains(MsgFlags::MSG_TRUNC),
+                                segment: None,
                             };
                             ctrunc |= msg.flags.contains(MsgFlags::MSG_CTRUNC);
                             if let Ok(cmsgs) = msg.cmsgs() {
@@ -339,10 +507,14 @@ impl RoceSocket {
                                         ControlMessageOwned::Ipv6TClass(t) => {
                                             m.traffic_class = u8::try_from(t).ok();
                                         }
+                                        ControlMessageOwned::UdpGroSegments(s) => {
+                                            m.segment = usize::try_from(s).ok();
+                                        }
                                         _ => {}
                                     }
                                 }
                             }
+                            shrunk |= m.segment.is_none();
                             k += 1;
                         }
                         Ok(k)
@@ -350,34 +522,46 @@ impl RoceSocket {
                     Err(nix::errno::Errno::EAGAIN) => Ok(0),
                     Err(e) => Err(io::Error::from(e)),
                 };
-                (got, ctrunc)
+                (got, ctrunc, shrunk)
             };
             // The kernel shrinks each header's control (and name) length to
-            // what it used and nix does not restore them; a truncated control
-            // area means a header set went stale: make a fresh one next time.
+            // what it used and nix (0.32) does not restore them; a truncated
+            // control area means a header set went stale: make a fresh one
+            // next time. A datagram without the UDP_GRO message left its
+            // slot too short for one with it: a GRO socket's next batch
+            // gets fresh headers (three allocations, about a microsecond,
+            // against the tens a batch of system call takes).
             if ctrunc {
                 slot[usize::from(v6)] = None;
             }
+            stale[usize::from(v6)] =
+                (stale[usize::from(v6)] || shrunk) && slot[usize::from(v6)].is_some();
+            STALE_FOR_GRO.set(stale);
             *count = got.as_ref().copied().unwrap_or(0);
             got
         })
     }
 }
 
-fn send_cmsg_space(v6: bool) -> Vec<u8> {
-    // Exactly what `send_batch` encodes: the kernel rejects a control area
-    // with an empty header after the real ones.
-    if v6 {
-        nix::cmsg_space!(libc::c_int, libc::c_int)
-    } else {
-        nix::cmsg_space!(libc::c_int, u8)
+fn send_cmsg_space(v6: bool, gso: bool) -> Vec<u8> {
+    // Exactly what `send_batch` and `send_runs` encode: the kernel rejects
+    // a control area with an empty header after the real ones.
+    match (v6, gso) {
+        (true, false) => nix::cmsg_space!(libc::c_int, libc::c_int),
+        (false, false) => nix::cmsg_space!(libc::c_int, u8),
+        (true, true) => nix::cmsg_space!(libc::c_int, libc::c_int, u16),
+        (false, true) => nix::cmsg_space!(libc::c_int, u8, u16),
     }
 }
 
 thread_local! {
-    /// Per thread and address family (index 0 IPv4, 1 IPv6): see the module doc.
-    static SEND_HEADERS: RefCell<[Option<MultiHeaders<SockaddrStorage>>; 2]> = const { RefCell::new([None, None]) };
+    /// Per thread, address family (index 0 IPv4, 1 IPv6) and, for sends,
+    /// with the GSO control message or not (+2): see the module doc.
+    static SEND_HEADERS: RefCell<[Option<MultiHeaders<SockaddrStorage>>; 4]> = const { RefCell::new([None, None, None, None]) };
     static RECV_HEADERS: RefCell<[Option<MultiHeaders<SockaddrStorage>>; 2]> = const { RefCell::new([None, None]) };
+    /// The receive headers of that family have a slot whose control
+    /// length the kernel shrank below what a coalesced datagram needs.
+    static STALE_FOR_GRO: std::cell::Cell<[bool; 2]> = const { std::cell::Cell::new([false, false]) };
 }
 
 /// The index of the interface that holds `ip` (0, "any", if none does).
@@ -525,6 +709,30 @@ impl TxBatch {
         }
     }
 
+    /// The packet in slot `i`, to change it in place (its ICRC).
+    pub fn packet_mut(&mut self, i: usize) -> &mut [u8] {
+        match self.lens.get(i) {
+            Some(&len) => {
+                let at = i * self.slot_len;
+                &mut self.data[at..at + len]
+            }
+            None => &mut [],
+        }
+    }
+
+    /// The length of the packet in slot `i` (0 for a slot out of range).
+    pub fn packet_len(&self, i: usize) -> usize {
+        self.lens.get(i).copied().unwrap_or(0)
+    }
+
+    /// Whether slots `i` and `j` go to the same destination.
+    pub fn same_dest(&self, i: usize, j: usize) -> bool {
+        match (self.dests.get(i), self.dests.get(j)) {
+            (Some(Some(a)), Some(Some(b))) => a == b,
+            _ => false,
+        }
+    }
+
     /// The destination of slot `i`.
     pub fn dest(&self, i: usize) -> Option<SocketAddr> {
         self.dests
@@ -557,6 +765,9 @@ pub struct RxMeta {
     pub traffic_class: Option<u8>,
     /// The datagram was longer than the slot (MSG_TRUNC).
     pub truncated: bool,
+    /// The kernel coalesced several datagrams of this size (the last may
+    /// be shorter) into this one (`UDP_GRO`): see `gso::segments`.
+    pub segment: Option<usize>,
 }
 
 /// Slots for received datagrams, reused by every `recv_batch`.
@@ -702,6 +913,115 @@ mod tests {
         }
         assert_eq!(b.recv_batch(&mut rx).unwrap(), 0);
         assert!(rx.get(0).is_none());
+    }
+
+    fn fill(tx: &mut TxBatch, lens: &[usize], dest: SocketAddr) {
+        for (i, &len) in lens.iter().enumerate() {
+            let (_, slot) = tx.free_slot().unwrap();
+            slot[..len].fill(i as u8);
+            assert!(tx.commit(len, dest));
+        }
+    }
+
+    /// Every datagram `rx` gets within `ms`, with its GRO segment size.
+    fn drain(sock: &RoceSocket, rx: &mut RxBatch, want: usize) -> Vec<(Vec<u8>, Option<usize>)> {
+        let mut got = Vec::new();
+        for _ in 0..500 {
+            let n = sock.recv_batch(rx).unwrap();
+            for i in 0..n {
+                let (m, b) = rx.get(i).unwrap();
+                assert!(!m.truncated);
+                assert_eq!(m.hop_limit, Some(9));
+                got.push((b.to_vec(), m.segment));
+            }
+            if got.len() >= want {
+                break;
+            }
+            if n == 0 {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+        got
+    }
+
+    #[test]
+    fn gso_runs_arrive_whole_with_gro_and_one_by_one_without() {
+        let a = RoceSocket::bind_with(lo(170), ROCE_V2_PORT, Offload::BOTH).unwrap();
+        let gro = RoceSocket::bind_with(lo(171), ROCE_V2_PORT, Offload::BOTH).unwrap();
+        let plain = RoceSocket::bind(lo(172), ROCE_V2_PORT).unwrap();
+        assert!(a.gso() && gro.gro() && !plain.gro());
+        for (to, coalesced) in [(&gro, true), (&plain, false)] {
+            let mut tx = TxBatch::new(16, 512);
+            // A run of 5 x 300 and a shorter last one, then a single packet.
+            fill(
+                &mut tx,
+                &[300, 300, 300, 300, 300, 120, 200],
+                to.local_addr(),
+            );
+            let sent = a.send_runs(&tx, &[0..6, 6..7], Some(300), 9, 0).unwrap();
+            assert_eq!(sent, 2);
+            let mut rx = RxBatch::new(8, GRO_SLOT_LEN);
+            let got = drain(to, &mut rx, if coalesced { 2 } else { 7 });
+            if coalesced {
+                assert_eq!(got.len(), 2, "{got:?}");
+                assert_eq!(got[0].0.len(), 5 * 300 + 120);
+                assert_eq!(got[0].1, Some(300));
+                let parts: Vec<&[u8]> = crate::gso::segments(&got[0].0, got[0].1).collect();
+                assert_eq!(parts.len(), 6);
+                for (i, p) in parts.iter().enumerate() {
+                    assert!(p.iter().all(|&b| b == i as u8));
+                }
+                assert_eq!(got[1].0, vec![6u8; 200]);
+            } else {
+                // The kernel cut the message on receive for a socket
+                // without UDP_GRO.
+                let lens: Vec<usize> = got.iter().map(|g| g.0.len()).collect();
+                assert_eq!(lens, [300, 300, 300, 300, 300, 120, 200]);
+                assert!(got.iter().all(|g| g.1.is_none()));
+                for (i, g) in got.iter().enumerate() {
+                    assert!(g.0.iter().all(|&b| b == i as u8));
+                }
+            }
+        }
+    }
+
+    /// nix does not restore a header's control length after `recvmmsg`
+    /// shrank it to what a plain datagram used: a coalesced one landing
+    /// in that slot later must still report its segment size.
+    #[test]
+    fn gro_segment_size_survives_slots_used_by_plain_datagrams() {
+        let a = RoceSocket::bind_with(lo(175), ROCE_V2_PORT, Offload::BOTH).unwrap();
+        let b = RoceSocket::bind_with(lo(176), ROCE_V2_PORT, Offload::BOTH).unwrap();
+        let mut rx = RxBatch::new(8, GRO_SLOT_LEN);
+        for round in 0..3 {
+            let mut tx = TxBatch::new(16, 512);
+            fill(&mut tx, &[40, 41, 42, 43], b.local_addr());
+            a.send_runs(&tx, &[0..1, 1..2, 2..3, 3..4], None, 9, 0x28)
+                .unwrap();
+            let got = drain(&b, &mut rx, 4);
+            assert_eq!(got.len(), 4, "round {round}");
+            let mut tx = TxBatch::new(16, 512);
+            fill(&mut tx, &[100; 12], b.local_addr());
+            let runs = [0..3, 3..6, 6..9, 9..12];
+            assert_eq!(a.send_runs(&tx, &runs, Some(100), 9, 0x28).unwrap(), 4);
+            let mut n = 0;
+            for _ in 0..500 {
+                let k = b.recv_batch(&mut rx).unwrap();
+                for i in 0..k {
+                    let (m, bytes) = rx.get(i).unwrap();
+                    assert_eq!(bytes.len(), 300, "round {round}");
+                    assert_eq!(m.segment, Some(100), "round {round}: {m:?}");
+                    assert_eq!(m.traffic_class, Some(0x28), "round {round}: {m:?}");
+                    assert_eq!(m.hop_limit, Some(9), "round {round}: {m:?}");
+                }
+                n += k;
+                if n == 4 {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            assert_eq!(n, 4);
+        }
     }
 
     #[test]

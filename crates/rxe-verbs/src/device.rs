@@ -15,7 +15,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use rxe_core::transport::{Endpoint, PathMtu, QpCaps};
-use rxe_net::{Clock, Driver, DriverWaker, NetPort, PcapTap};
+use rxe_net::{Clock, Driver, DriverWaker, NetPort, Offload, PcapTap};
 
 use crate::attr::{gid_of, DeviceAttr, GidEntry, GidType, LinkLayer, PortAttr, PortState};
 use crate::client::{ClientData, ClientId};
@@ -49,6 +49,10 @@ pub struct DeviceConfig {
     pub target: Target,
     /// Write every packet sent and received to this pcap file.
     pub capture: Option<std::path::PathBuf>,
+    /// UDP GSO on send and GRO on receive (rxe-net's `Offload`): on unless
+    /// `RXE_GSO=0` is in the environment ([`DeviceConfig::default_gso`]).
+    /// docs/performance.md has the measurements.
+    pub gso: bool,
 }
 
 /// What a device on a target would report, read from the host without
@@ -100,7 +104,14 @@ impl DeviceConfig {
             name: None,
             target: Target::Address(ip),
             capture: None,
+            gso: DeviceConfig::default_gso(),
         }
+    }
+
+    /// Whether devices use UDP GSO/GRO unless told: yes, but for
+    /// `RXE_GSO=0` in the environment.
+    pub fn default_gso() -> bool {
+        std::env::var_os("RXE_GSO").is_none_or(|v| v != "0")
     }
 
     pub fn on_interface(name: &str) -> DeviceConfig {
@@ -108,6 +119,7 @@ impl DeviceConfig {
             name: None,
             target: Target::Interface(name.to_string()),
             capture: None,
+            gso: DeviceConfig::default_gso(),
         }
     }
 }
@@ -303,7 +315,12 @@ impl Device {
             }
         }
         let clock = Clock::new();
-        let net = Arc::new(NetPort::new(clock));
+        let offload = if config.gso {
+            Offload::BOTH
+        } else {
+            Offload::NONE
+        };
+        let net = Arc::new(NetPort::new(clock).with_offload(offload));
         let bind: Vec<IpAddr> = match &config.target {
             Target::Address(ip) => vec![*ip],
             Target::Interface(n) => {
