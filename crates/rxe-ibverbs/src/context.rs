@@ -201,7 +201,7 @@ fn device_attr_c(a: &DeviceAttr) -> ibv_device_attr {
         },
         max_ee: 0,
         max_rdd: 0,
-        max_mw: 0,
+        max_mw: i(a.max_mw),
         max_raw_ipv6_qp: 0,
         max_raw_ethy_qp: 0,
         max_mcast_grp: 0,

@@ -8,6 +8,8 @@ pub const IBV_WC_RDMA_WRITE: u32 = 1;
 pub const IBV_WC_RDMA_READ: u32 = 2;
 pub const IBV_WC_COMP_SWAP: u32 = 3;
 pub const IBV_WC_FETCH_ADD: u32 = 4;
+pub const IBV_WC_BIND_MW: u32 = 5;
+pub const IBV_WC_LOCAL_INV: u32 = 6;
 pub const IBV_WC_RECV: u32 = 128;
 pub const IBV_WC_RECV_RDMA_WITH_IMM: u32 = 129;
 

@@ -244,6 +244,15 @@ impl Mr {
     fn unregister(&self) -> Result<()> {
         self.check_live()?;
         let mut e = self.pd.dev.lock();
+        // Kernel rxe refuses to deregister a region with windows bound.
+        let windows = e.mem.windows().windows_on(self.shared.info.key);
+        if windows > 0 {
+            return Err(VerbsError::Busy {
+                kind: ObjectKind::Mr,
+                users: windows,
+                what: "memory windows are bound to it",
+            });
+        }
         if e.mem.deregister(self.shared.info.key).is_none()
             || !self.shared.registered.swap(false, Ordering::AcqRel)
         {

@@ -3,6 +3,7 @@
 //! (`ibv_send_wr`, `ibv_recv_wr`, `ibv_wc`).
 
 use crate::transport::qp::AddressVector;
+use crate::transport::window::MwBind;
 
 /// A scatter/gather element: `length` bytes at virtual address `addr` of
 /// the memory region named by `lkey`.
@@ -50,6 +51,14 @@ pub enum SendOp {
         rkey: u32,
         add: u64,
     },
+    /// Binds a memory window (`IBV_WR_BIND_MW`, or the Bind Memory Window
+    /// verb for a type 1 window): a local operation, no packet.
+    BindMw(MwBind),
+    /// Invalidates a memory window or a fast-registered region
+    /// (`IBV_WR_LOCAL_INV`): a local operation, no packet.
+    LocalInv {
+        key: u32,
+    },
 }
 
 impl SendOp {
@@ -63,7 +72,16 @@ impl SendOp {
             SendOp::RdmaRead { .. } => WcOpcode::RdmaRead,
             SendOp::CmpSwap { .. } => WcOpcode::CompSwap,
             SendOp::FetchAdd { .. } => WcOpcode::FetchAdd,
+            SendOp::BindMw(_) => WcOpcode::BindMw,
+            SendOp::LocalInv { .. } => WcOpcode::LocalInv,
         }
+    }
+
+    /// Operations the requester performs itself, in send-queue order,
+    /// without sending a packet (IBTA 10.8.2.x; kernel rxe's local
+    /// operations).
+    pub const fn is_local(self) -> bool {
+        matches!(self, SendOp::BindMw(_) | SendOp::LocalInv { .. })
     }
 
     /// READ and atomics: the responder answers with data, and at most
@@ -177,6 +195,8 @@ pub enum WcOpcode {
     RdmaRead,
     CompSwap,
     FetchAdd,
+    BindMw,
+    LocalInv,
     Recv,
     RecvRdmaWithImm,
 }

@@ -120,7 +120,10 @@ impl Responder {
             // text; kernel rxe completes the receive with REM_INV_REQ_ERR
             // too, but ACKs the packet before moving the QP to ERR).
             if let Some(ieth) = pkt.repr.ext.ieth {
-                if mem.invalidate(Key::new(ieth.rkey), common.init.pd).is_err() {
+                if mem
+                    .invalidate(Key::new(ieth.rkey), common.mem_ref())
+                    .is_err()
+                {
                     common.complete(WorkCompletion::new(
                         wr.wr_id,
                         WcStatus::RemInvReqErr,
@@ -179,7 +182,7 @@ impl Responder {
             let region = mem
                 .check_rdma(
                     Key::new(reth.rkey),
-                    common.init.pd,
+                    common.mem_ref(),
                     AccessFlags::REMOTE_WRITE,
                     reth.va,
                     reth.dma_len,
@@ -266,7 +269,7 @@ impl Responder {
         let region = mem
             .check_rdma(
                 Key::new(reth.rkey),
-                common.init.pd,
+                common.mem_ref(),
                 AccessFlags::REMOTE_READ,
                 reth.va,
                 reth.dma_len,
@@ -318,7 +321,7 @@ impl Responder {
         // Key, PD, right and bounds: Remote Access Error; misaligned:
         // Invalid Request (`MemError::nak_code`).
         let orig = mem
-            .atomic(Key::new(a.rkey), common.init.pd, a.va, op)
+            .atomic(Key::new(a.rkey), common.mem_ref(), a.va, op)
             .map_err(|e| Fail::Nak(e.nak_code()))?;
         let psn = Psn::new(pkt.repr.bth.psn);
         self.msn = (self.msn + 1) & Psn::MASK;

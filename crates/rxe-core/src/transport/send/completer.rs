@@ -87,6 +87,7 @@ impl Requester {
             return;
         }
         self.fix_position();
+        self.complete_local_front(common);
         self.complete_errors(common);
         self.check_drained(common);
     }
@@ -103,6 +104,14 @@ impl Requester {
             };
             if !w.started || w.error.is_some() {
                 break None;
+            }
+            if w.wr.op.is_local() {
+                // Performed when it reached the send position; it
+                // completes as soon as it is the oldest.
+                if let Some(w) = self.pop_front() {
+                    complete(common, &w, WcStatus::Success);
+                }
+                continue;
             }
             let to_end = self.una.distance_to(end);
             let to_last = self.una.distance_to(w.last_psn);

@@ -80,7 +80,7 @@ impl SendWqe {
 
     /// Whether `psn` is one of its PSNs (once started).
     pub(super) fn holds(&self, psn: Psn) -> bool {
-        self.started && psn.in_range(self.first_psn, self.last_psn.next())
+        self.started && !self.wr.op.is_local() && psn.in_range(self.first_psn, self.last_psn.next())
     }
 
     /// Where a (re)transmission of this request resumes: the PSN of its
@@ -134,6 +134,10 @@ pub(super) fn request_opcode(qp_type: QpType, op: SendOp, first: bool, last: boo
         SendOp::RdmaRead { .. } => 0x0c,
         SendOp::CmpSwap { .. } => 0x13,
         SendOp::FetchAdd { .. } => 0x14,
+        // Local operations send no packet: the requester performs them
+        // instead of asking for one (`Requester::run_local`), so this arm
+        // is never taken; SEND ONLY keeps the function total.
+        SendOp::BindMw(_) | SendOp::LocalInv { .. } => 0x04,
     };
     Opcode::on(transport_of(qp_type), code)
 }
