@@ -25,8 +25,8 @@ pub struct Mr {
 /// The access rights of `ibv_reg_mr(3)` flags. Bits in
 /// `IBV_ACCESS_OPTIONAL_RANGE` (relaxed ordering, ...) may be ignored by
 /// definition; on-demand paging is refused (rxe has no page faults to
-/// serve); MW_BIND is accepted and has no effect (rxe has no memory
-/// windows); anything unknown is EINVAL.
+/// serve); MW_BIND lets memory windows be bound to the region; anything
+/// unknown is EINVAL.
 pub fn access_of(flags: u32) -> Result<(AccessFlags, bool), c_int> {
     let f = flags & !IBV_ACCESS_OPTIONAL_RANGE;
     if f & IBV_ACCESS_ON_DEMAND != 0 {
@@ -41,10 +41,7 @@ pub fn access_of(flags: u32) -> Result<(AccessFlags, bool), c_int> {
     if f & !known != 0 {
         return Err(libc::EINVAL);
     }
-    Ok((
-        AccessFlags::from_bits_truncate(f & 0xf),
-        f & IBV_ACCESS_ZERO_BASED != 0,
-    ))
+    Ok((AccessFlags::from_mr_bits(f), f & IBV_ACCESS_ZERO_BASED != 0))
 }
 
 fn reg(

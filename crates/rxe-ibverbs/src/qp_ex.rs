@@ -22,9 +22,10 @@ use crate::qp::Qp;
 const IBV_QP_INIT_ATTR_CREATE_FLAGS: u32 = 1 << 2;
 const IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;
 /// `ibv_qp_create_send_ops_flags` rxe has: the opcodes of
-/// [`crate::conv::send_wr_from_c`] (kernel rxe's set, without memory
-/// windows, local invalidate and atomic write).
-const SEND_OPS: u64 = 1 | 2 | 4 | 8 | 16 | 32 | 64 | 512;
+/// [`crate::conv::send_wr_from_c`] (kernel rxe's set, without atomic
+/// write): RDMA_WRITE(_WITH_IMM), SEND(_WITH_IMM), RDMA_READ, the two
+/// atomics, LOCAL_INV (128), BIND_MW (256), SEND_WITH_INV (512).
+const SEND_OPS: u64 = 1 | 2 | 4 | 8 | 16 | 32 | 64 | 128 | 256 | 512;
 
 /// The requests of one `wr_start` .. `wr_complete`.
 #[derive(Debug, Default)]
@@ -208,6 +209,25 @@ callback! {fn wr_set_ud_addr(qp: *mut ibv_qp_ex, ah: *mut ibv_ah, remote_qpn: u3
     })
 }}
 
+callback! {fn wr_bind_mw(qp: *mut ibv_qp_ex, mw: *mut ibv_mw, rkey: u32, bind_info: *const ibv_mw_bind_info) -> (), fail = (), {
+    let bind = if bind_info.is_null() {
+        None
+    } else {
+        // SAFETY: the caller's ibv_mw_bind_info, read now.
+        crate::mw::bind_of(mw, rkey, unsafe { &*bind_info })
+    };
+    match bind {
+        Some(b) => start(qp, SendOp::BindMw(b)),
+        None => with_batch(qp, |_, b| {
+            b.err.get_or_insert(libc::EINVAL);
+        }),
+    }
+}}
+
+callback! {fn wr_local_inv(qp: *mut ibv_qp_ex, invalidate_rkey: u32) -> (), fail = (), {
+    start(qp, SendOp::LocalInv { key: invalidate_rkey })
+}}
+
 /// An op rxe does not have: the batch fails at wr_complete.
 fn unsupported(qp: *mut ibv_qp_ex) {
     with_batch(qp, |_, b| {
@@ -221,16 +241,15 @@ callback! {fn wr_unsupported(qp: *mut ibv_qp_ex) -> (), fail = (), {
 
 /// The function pointers of an extended QP (`ibv_qp_ex`, 184..360).
 pub fn ops() -> [*mut c_void; 22] {
-    // Memory windows, local invalidate, TSO, XRC, atomic write and flush
-    // have no rxe opcode; their slots fail the batch with EOPNOTSUPP (the
+    // TSO, XRC, atomic write and flush have no rxe opcode; their slots fail the batch with EOPNOTSUPP (the
     // extra arguments of those slots are ignored, which the C calling
     // convention allows).
     let none = wr_unsupported as *mut c_void;
     [
         wr_atomic_cmp_swp as *mut c_void,
         wr_atomic_fetch_add as *mut c_void,
-        none, // wr_bind_mw
-        none, // wr_local_inv
+        wr_bind_mw as *mut c_void,
+        wr_local_inv as *mut c_void,
         wr_rdma_read as *mut c_void,
         wr_rdma_write as *mut c_void,
         wr_rdma_write_imm as *mut c_void,

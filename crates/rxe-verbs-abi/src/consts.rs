@@ -33,6 +33,8 @@ pub const IBV_WC_GRH: u32 = 1;
 pub const IBV_WC_WITH_IMM: u32 = 2;
 pub const IBV_WC_WITH_INV: u32 = 8;
 
+pub const IBV_MW_TYPE_1: u32 = 1;
+pub const IBV_MW_TYPE_2: u32 = 2;
 pub const IBV_ACCESS_LOCAL_WRITE: u32 = 1;
 pub const IBV_ACCESS_REMOTE_WRITE: u32 = 2;
 pub const IBV_ACCESS_REMOTE_READ: u32 = 4;
