@@ -36,7 +36,7 @@
 
 use rxe_core::transport::{
     AccessFlags, AddressVector, Counter, Endpoint, Instant, Key, MemError, MemoryAccess, MwBind,
-    PathMtu, Psn, QpAttr, QpCaps, QpInit, QpRef, QpState, QpType, RecvMeta, RecvWr, Region,
+    PathMtu, Psn, QpAttr, QpCaps, QpInit, QpRef, QpState, QpType, RecvMeta, RecvWr, RegMr, Region,
     SendData, SendOp, SendWr, Sge, UdDest, VecMemory,
 };
 use rxe_core::wire::TransportRepr;
@@ -107,6 +107,10 @@ impl MemoryAccess for Guarded {
 
     fn bind_mw(&mut self, bind: &MwBind, qp: QpRef) -> Result<Key, MemError> {
         self.inner.bind_mw(bind, qp)
+    }
+
+    fn reg_mr(&mut self, req: &RegMr, qp: QpRef) -> Result<Key, MemError> {
+        self.inner.reg_mr(req, qp)
     }
 }
 

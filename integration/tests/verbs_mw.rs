@@ -237,3 +237,79 @@ fn local_invalidation_and_refused_binds() {
     mw.dealloc().unwrap();
     mr.dereg().unwrap();
 }
+
+/// Fast registration: `alloc_mr`, REG_MR at an address and key portion
+/// of the consumer's choice, remote READ and WRITE through it, LOCAL_INV,
+/// the WRITE after it refused, registration again with the next key.
+#[test]
+fn fast_registration_register_access_invalidate_again() {
+    let a = Node::new("127.0.0.187");
+    let b = Node::new("127.0.0.188");
+    let (qa, qb) = pair(&a, &b, QpType::Rc);
+    let fr = b.pd.alloc_mr(8192).unwrap();
+    assert!(!fr.is_registered());
+    assert_eq!((fr.capacity(), fr.len()), (8192, 0));
+    fr.write(0, &[0x77; 32]).unwrap();
+    let iova = 0x7700_0000;
+    let k1 = fr.next_key();
+    let rw = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+    qb.post_send(send_wr(1, fr.reg_op(k1, iova, 4096, rw), vec![]))
+        .unwrap();
+    let w = b.wait(1);
+    assert_eq!(
+        (w[0].wr_id, w[0].status, w[0].opcode),
+        (1, WcStatus::Success, WcOpcode::RegMr)
+    );
+    assert_eq!((fr.lkey(), fr.iova(), fr.len()), (k1, iova, 4096));
+    assert!(fr.is_registered());
+    qa.post_send(send_wr(
+        2,
+        SendOp::RdmaRead {
+            remote_addr: iova,
+            rkey: k1,
+        },
+        vec![a.mr.sge(0, 32)],
+    ))
+    .unwrap();
+    a.mr.write(4096, &[0x33; 16]).unwrap();
+    qa.post_send(write(3, a.mr.sge(4096, 16), iova + 4080, k1))
+        .unwrap();
+    let w = a.wait(2);
+    assert!(w.iter().all(|w| w.status == WcStatus::Success), "{w:?}");
+    let mut got = [0u8; 32];
+    a.mr.read(0, &mut got).unwrap();
+    assert_eq!(got, [0x77; 32]);
+    let mut tail = [0u8; 16];
+    fr.read(4080, &mut tail).unwrap();
+    assert_eq!(tail, [0x33; 16]);
+    // LOCAL_INV, then the same WRITE is refused.
+    qb.post_send(send_wr(4, SendOp::LocalInv { key: k1 }, vec![]))
+        .unwrap();
+    let w = b.wait(1);
+    assert_eq!(
+        (w[0].status, w[0].opcode),
+        (WcStatus::Success, WcOpcode::LocalInv)
+    );
+    assert!(!fr.is_registered());
+    qa.post_send(write(5, a.mr.sge(4096, 8), iova, k1)).unwrap();
+    assert_eq!(a.wait(1)[0].status, WcStatus::RemAccessErr);
+    // Registered again, with the next key portion, on another pair.
+    let (qa2, qb2) = pair(&a, &b, QpType::Rc);
+    let k2 = fr.next_key();
+    assert_ne!(k2, k1);
+    qb2.post_send(send_wr(6, fr.reg_op(k2, iova, 64, rw), vec![]))
+        .unwrap();
+    assert_eq!(b.wait(1)[0].status, WcStatus::Success);
+    qa2.post_send(write(7, a.mr.sge(4096, 8), iova, k2))
+        .unwrap();
+    assert_eq!(a.wait(1)[0].status, WcStatus::Success);
+    qa2.post_send(write(8, a.mr.sge(4096, 8), iova + 60, k2))
+        .unwrap();
+    assert_eq!(
+        a.wait(1)[0].status,
+        WcStatus::RemAccessErr,
+        "past its length"
+    );
+    fr.dereg().unwrap();
+    assert!(fr.dereg().is_err());
+}

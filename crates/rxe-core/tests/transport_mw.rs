@@ -1,10 +1,13 @@
-//! Memory windows end to end over the simulated faulty network (tests/sim):
+//! Memory windows and fast registration end to end over the simulated
+//! faulty network (tests/sim):
 //! a type 2B window bound by a BIND_MW work request on the responder's QP,
 //! RDMA WRITE and READ through its R_Key (inside the window, and a byte
 //! past it refused), a SEND with Invalidate naming it, a rebind with a new
 //! key portion, the new key working and the old one refused with
 //! REM_ACCESS_ERR; local operations in send-queue order among sends, with
-//! loss, duplication and reordering. `RXE_SIM_SEEDS=n` runs more seeds,
+//! loss, duplication and reordering; a fast-registered region through
+//! REG_MR, SEND with Invalidate, REG_MR again and LOCAL_INV (see
+//! `fast_reg_seed`). `RXE_SIM_SEEDS=n` runs more seeds,
 //! `RXE_SIM_SEED=s` one.
 
 mod sim;
@@ -365,4 +368,168 @@ fn refused_local_operations_complete_with_their_status() {
         (WcStatus::LocQpOpErr, WcOpcode::LocalInv)
     );
     assert_eq!(sim.nodes[0].state(qc), QpState::Error);
+}
+
+/// Fast registration over the faulty network: a region allocated for it
+/// is registered by a REG_MR work request, written through its key,
+/// invalidated by the peer's SEND with Invalidate (the WRITE after it is
+/// refused), registered again with the next key portion, written again,
+/// invalidated by LOCAL_INV; the refused REG_MRs complete with
+/// LOC_QP_OP_ERR.
+fn fast_reg_seed(seed: u64) {
+    use rxe_core::transport::RegMr;
+    let mut rng = Rng::new(seed);
+    let faults = if rng.chance(0.8) {
+        Faults::lossy(&mut rng)
+    } else {
+        Faults::none()
+    };
+    let mut sim = Sim::new(seed, 2, faults);
+    let o = ConnOpts::new(QpType::Rc).random_psns(&mut rng);
+    let (qa, qb) = connect(&mut sim, 0, 1, &o);
+    let ctx = format!("seed {seed}, faults {faults:?}");
+    let cap = 4096;
+    let fr = sim.nodes[1].mem.alloc_fast(PD, cap).unwrap();
+    let src: Vec<u8> = (0..64).map(|i| i as u8 ^ seed as u8).collect();
+    let src_key = sim.nodes[0].reg(PD, SRC_VA, src.clone(), AccessFlags::LOCAL_WRITE);
+    let rw = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    let reg = |key: Key, new: Key, iova: u64, length: u64| {
+        SendOp::RegMr(RegMr {
+            key: key.raw(),
+            new_key: new.raw(),
+            iova,
+            length,
+            access: rw,
+        })
+    };
+    let write = |wr_id, rkey: Key, at: u64| {
+        send_wr(
+            wr_id,
+            SendOp::RdmaWrite {
+                remote_addr: at,
+                rkey: rkey.raw(),
+            },
+            SendData::Sges(vec![sge(SRC_VA, 64, src_key)]),
+        )
+    };
+    let post_b = |sim: &mut Sim, wr_id, op| {
+        sim.nodes[1]
+            .ep
+            .post_send(qb, send_wr(wr_id, op, SendData::Sges(vec![])))
+            .unwrap()
+    };
+    let wait_b = |sim: &mut Sim, n: usize| {
+        sim.run_until(&format!("{n} completions on node 1 ({ctx})"), |s| {
+            s.nodes[1].count_wcs(qb, WorkQueue::Send) >= n
+        });
+        *sim.nodes[1].wcs_of(qb, WorkQueue::Send).last().unwrap()
+    };
+    let wait_a = |sim: &mut Sim, n: usize| {
+        sim.run_until(&format!("{n} completions on node 0 ({ctx})"), |s| {
+            s.nodes[0].count_wcs(qa, WorkQueue::Send) >= n
+        });
+        *sim.nodes[0].wcs_of(qa, WorkQueue::Send).last().unwrap()
+    };
+    // A REG_MR longer than the allocation is refused, on a QP of its own
+    // (the refusal ends the QP).
+    let (_qc, qd) = connect(&mut sim, 0, 1, &o);
+    sim.nodes[1]
+        .ep
+        .post_send(
+            qd,
+            send_wr(
+                1,
+                reg(fr, fr.inc(), 0, cap as u64 + 1),
+                SendData::Sges(vec![]),
+            ),
+        )
+        .unwrap();
+    sim.run_until("the refused REG_MR", |s| {
+        s.nodes[1].count_wcs(qd, WorkQueue::Send) >= 1
+    });
+    let w = sim.nodes[1].wcs_of(qd, WorkQueue::Send)[0];
+    assert_eq!(
+        (w.status, w.opcode),
+        (WcStatus::LocQpOpErr, WcOpcode::RegMr),
+        "{ctx}"
+    );
+
+    let iova = 0x5000_0000 + rng.below(1 << 20) * 8;
+    let k1 = fr.with_key(fr.key().wrapping_add(rng.usize(1, 255) as u8));
+    post_b(&mut sim, 2, reg(fr, k1, iova, 2048));
+    let w = wait_b(&mut sim, 1);
+    assert_eq!(
+        (w.status, w.opcode),
+        (WcStatus::Success, WcOpcode::RegMr),
+        "{ctx}"
+    );
+    sim.nodes[0]
+        .ep
+        .post_send(qa, write(3, k1, iova + 100))
+        .unwrap();
+    assert_eq!(wait_a(&mut sim, 1).status, WcStatus::Success, "{ctx}");
+    assert_eq!(sim.nodes[1].bytes(k1)[100..164], src[..], "{ctx}");
+    // Registered: a second REG_MR is refused until an invalidation (the
+    // rule, asked of the memory directly: posted, it would end the QP).
+    let again = RegMr {
+        key: k1.raw(),
+        new_key: k1.inc().raw(),
+        iova,
+        length: 8,
+        access: rw,
+    };
+    use rxe_core::transport::{MemError, MemoryAccess, QpRef};
+    assert!(matches!(
+        sim.nodes[1].mem.reg_mr(&again, QpRef { pd: PD, qpn: qb }),
+        Err(MemError::FastReg(_))
+    ));
+
+    // The peer invalidates it with its SEND; a REG_MR with the next key
+    // portion registers it again, over the whole allocation.
+    sim.nodes[1].ep.post_recv(qb, recv_wr(4, vec![])).unwrap();
+    sim.nodes[0]
+        .ep
+        .post_send(
+            qa,
+            send_wr(
+                5,
+                SendOp::SendWithInv { rkey: k1.raw() },
+                SendData::Sges(vec![]),
+            ),
+        )
+        .unwrap();
+    assert_eq!(wait_a(&mut sim, 2).status, WcStatus::Success, "{ctx}");
+    sim.run_until("the invalidating receive", |s| {
+        s.nodes[1].count_wcs(qb, WorkQueue::Recv) >= 1
+    });
+    let r = sim.nodes[1].wcs_of(qb, WorkQueue::Recv)[0];
+    assert_eq!(r.invalidated_rkey, Some(k1.raw()), "{ctx}");
+    let k2 = k1.inc();
+    post_b(&mut sim, 6, reg(k1, k2, iova, 4096));
+    assert_eq!(wait_b(&mut sim, 2).status, WcStatus::Success, "{ctx}");
+    sim.nodes[0]
+        .ep
+        .post_send(qa, write(7, k2, iova + 4032))
+        .unwrap();
+    assert_eq!(wait_a(&mut sim, 3).status, WcStatus::Success, "{ctx}");
+    assert_eq!(sim.nodes[1].bytes(k2)[4032..], src[..], "{ctx}");
+    post_b(&mut sim, 8, SendOp::LocalInv { key: k2.raw() });
+    let w = wait_b(&mut sim, 3);
+    assert_eq!(
+        (w.status, w.opcode),
+        (WcStatus::Success, WcOpcode::LocalInv),
+        "{ctx}"
+    );
+    sim.nodes[0].ep.post_send(qa, write(9, k2, iova)).unwrap();
+    let w = wait_a(&mut sim, 4);
+    assert!(
+        matches!(w.status, WcStatus::RemAccessErr | WcStatus::RetryExcErr),
+        "{ctx}: {w:?}"
+    );
+    assert_eq!(sim.nodes[1].bytes(k2)[..64], [0; 64], "{ctx}");
+}
+
+#[test]
+fn fast_registration_register_write_invalidate_reregister_under_faults() {
+    for_seeds("fast_registration", 200, fast_reg_seed);
 }

@@ -19,6 +19,11 @@ pub fn wc_to_c(w: &WorkCompletion) -> ibv_wc {
         WcOpcode::FetchAdd => IBV_WC_FETCH_ADD,
         WcOpcode::BindMw => IBV_WC_BIND_MW,
         WcOpcode::LocalInv => IBV_WC_LOCAL_INV,
+        // libibverbs has no REG_MR work request, so a C program never
+        // sees this completion; the number is where the kernel's
+        // ib_wc_opcode puts IB_WC_REG_MR (after IB_WC_ATOMIC_WRITE, 9;
+        // not checked against the header).
+        WcOpcode::RegMr => 10,
         WcOpcode::Recv => IBV_WC_RECV,
         WcOpcode::RecvRdmaWithImm => IBV_WC_RECV_RDMA_WITH_IMM,
     };

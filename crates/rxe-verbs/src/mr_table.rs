@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
 use rxe_core::transport::{
-    atomic_by_copy, is_window_key, validate, validate_invalidate, validate_local_invalidate,
-    AccessFlags, AtomicOp, Key, KeyTable, MemError, MemoryAccess, MwBind, QpRef, Region,
-    RegionInfo, WindowTable,
+    atomic_by_copy, is_window_key, validate, validate_fast_reg, validate_invalidate,
+    validate_local_invalidate, AccessFlags, AtomicOp, Key, KeyTable, MemError, MemoryAccess,
+    MwBind, QpRef, RegMr, Region, RegionInfo, WindowTable,
 };
 
 use crate::shared_buffer::RegionBytes;
@@ -88,6 +88,12 @@ impl MrTable {
         Ok(self.regions.get(key).expect("just inserted").clone())
     }
 
+    /// The region in `key`'s slot whatever its key portion (a fast-
+    /// registered region's key changes at every registration).
+    pub fn by_index(&self, key: Key) -> Option<&Arc<MrShared>> {
+        self.regions.by_index(key).map(|(_, mr)| mr)
+    }
+
     /// The live region that `key` names exactly (index and key portion).
     pub fn get(&self, key: Key) -> Option<&Arc<MrShared>> {
         self.regions.get(key)
@@ -157,6 +163,32 @@ impl MemoryAccess for MrTable {
             return self.windows.invalidate(key, qp, false);
         }
         self.invalidate_region(key, qp.pd, validate_local_invalidate)
+    }
+
+    /// REG_MR: the region gets its new key, address, length and rights
+    /// (a new description over the same bytes) and answers to accesses.
+    fn reg_mr(&mut self, req: &RegMr, qp: QpRef) -> Result<Key, MemError> {
+        let key = Key::new(req.key);
+        let mr = self
+            .regions
+            .by_index(key)
+            .map(|(_, mr)| mr.clone())
+            .filter(|mr| mr.registered.load(Relaxed))
+            .ok_or(MemError::InvalidKey { key })?;
+        let info = validate_fast_reg(&mr.info, mr.valid.load(Relaxed), mr.buf.len(), req, qp.pd)?;
+        let new = self
+            .regions
+            .rekey(key, info.key.key())
+            .ok_or(MemError::InvalidKey { key })?;
+        if let Some(e) = self.regions.get_mut(new) {
+            *e = Arc::new(MrShared {
+                info,
+                buf: mr.buf.clone(),
+                valid: AtomicBool::new(true),
+                registered: AtomicBool::new(true),
+            });
+        }
+        Ok(new)
     }
 
     fn bind_mw(&mut self, bind: &MwBind, qp: QpRef) -> Result<Key, MemError> {

@@ -164,6 +164,9 @@ pub enum MemError {
     /// A memory window bind was refused.
     #[error("bind refused: {0}")]
     Bind(BindError),
+    /// A fast registration (REG_MR) was refused; the rule it broke.
+    #[error("fast registration refused: {0}")]
+    FastReg(&'static str),
 }
 
 impl From<BindError> for MemError {
@@ -179,7 +182,8 @@ impl MemError {
             MemError::Misaligned { .. }
             | MemError::NotInvalidatable { .. }
             | MemError::Busy { .. }
-            | MemError::Bind(_) => NakCode::InvalidRequest,
+            | MemError::Bind(_)
+            | MemError::FastReg(_) => NakCode::InvalidRequest,
             MemError::InvalidKey { .. }
             | MemError::QpMismatch
             | MemError::KeyMismatch { .. }
@@ -204,6 +208,7 @@ impl MemError {
             MemError::QpMismatch => "qp_mismatch",
             MemError::Busy { .. } => "windows_bound",
             MemError::Bind(_) => "bind_refused",
+            MemError::FastReg(_) => "fast_reg_refused",
         }
     }
 }
@@ -398,6 +403,85 @@ pub fn validate_local_invalidate(info: &RegionInfo, key: Key, pd: u32) -> Result
     Ok(())
 }
 
+/// A fast registration (the REG_MR work request, `IB_WR_REG_MR` in the
+/// kernel's verbs): maps a region allocated for it to `length` bytes at
+/// `iova` with `access`, under the key `new_key` (its own index, a key
+/// portion the consumer picks: `ib_update_fast_reg_key`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RegMr {
+    /// The region's current L_Key.
+    pub key: u32,
+    pub new_key: u32,
+    pub iova: u64,
+    pub length: u64,
+    pub access: AccessFlags,
+}
+
+/// Checks a fast registration of `info` (the region `req.key`'s index
+/// names, `valid` its state, `capacity` the bytes it was allocated with)
+/// for a QP of `pd`, and returns what the region becomes. The rules (kernel
+/// rxe's `rxe_reg_fast_mr` for behaviour; IBTA 10.6.3.x, memory
+/// management extensions, not checked against the text):
+///
+/// 1. the region was allocated for fast registration and is free (not
+///    registered, or invalidated since);
+/// 2. `req.key` is its current key and `req.new_key` keeps its index;
+/// 3. the QP's PD is the region's;
+/// 4. `length` fits in what the region was allocated with, and
+///    `iova + length` does not wrap;
+/// 5. remote write or atomic access needs local write (as for any region).
+pub fn validate_fast_reg(
+    info: &RegionInfo,
+    valid: bool,
+    capacity: usize,
+    req: &RegMr,
+    pd: u32,
+) -> Result<RegionInfo, MemError> {
+    let key = Key::new(req.key);
+    let new = Key::new(req.new_key);
+    if !info.remote_invalidate {
+        return Err(MemError::FastReg(
+            "the region was not allocated for fast registration",
+        ));
+    }
+    if valid {
+        return Err(MemError::FastReg(
+            "the region is registered: invalidate it first",
+        ));
+    }
+    if key != info.key {
+        return Err(MemError::KeyMismatch { key });
+    }
+    if new.index() != key.index() {
+        return Err(MemError::FastReg("the new key changes the region's index"));
+    }
+    if pd != info.pd {
+        return Err(MemError::PdMismatch);
+    }
+    let len = usize::try_from(req.length).map_err(|_| MemError::Overflow)?;
+    if len > capacity {
+        return Err(MemError::FastReg(
+            "longer than the region was allocated for",
+        ));
+    }
+    req.iova.checked_add(req.length).ok_or(MemError::Overflow)?;
+    let a = req.access;
+    if (a.contains(AccessFlags::REMOTE_WRITE) || a.contains(AccessFlags::REMOTE_ATOMIC))
+        && !a.contains(AccessFlags::LOCAL_WRITE)
+    {
+        return Err(MemError::FastReg(
+            "remote write or atomic access needs local write",
+        ));
+    }
+    Ok(RegionInfo {
+        key: new,
+        va: req.iova,
+        len,
+        access: a,
+        ..*info
+    })
+}
+
 /// A 64-bit atomic operation (IBTA 9.4.5): compare-and-swap or fetch-and-add.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AtomicOp {
@@ -465,6 +549,10 @@ pub trait MemoryAccess {
     /// Binds a memory window ([`WindowTable::bind`]) for `qp`; returns
     /// its new R_Key.
     fn bind_mw(&mut self, bind: &MwBind, qp: QpRef) -> Result<Key, MemError>;
+
+    /// REG_MR: registers a region allocated for fast registration, if
+    /// [`validate_fast_reg`] allows it; returns its new key.
+    fn reg_mr(&mut self, req: &RegMr, qp: QpRef) -> Result<Key, MemError>;
 
     /// Validates a remote access (an R_Key from the wire) by `qp`: as
     /// [`MemoryAccess::check`] with `is_remote`, for a region; through the
@@ -619,6 +707,17 @@ impl VecMemory {
         })
     }
 
+    /// Allocates `capacity` zero bytes as a region for fast registration
+    /// (`ib_alloc_mr`): free, answering to no access, until a REG_MR work
+    /// request registers it ([`MemoryAccess::reg_mr`]).
+    pub fn alloc_fast(&mut self, pd: u32, capacity: usize) -> Result<Key, MemError> {
+        let key = self.insert(pd, 0, vec![0; capacity], AccessFlags::empty(), true)?;
+        if let Some(e) = self.regions.get_mut(key) {
+            e.valid = false;
+        }
+        Ok(key)
+    }
+
     /// Removes the region `key` names, returning its bytes; refused while
     /// memory windows are bound to it ([`MemError::Busy`]).
     pub fn deregister(&mut self, key: Key) -> Result<Vec<u8>, MemError> {
@@ -759,6 +858,24 @@ impl MemoryAccess for VecMemory {
         self.invalidate_region(key, qp.pd, validate_local_invalidate)
     }
 
+    fn reg_mr(&mut self, req: &RegMr, qp: QpRef) -> Result<Key, MemError> {
+        let key = Key::new(req.key);
+        let (_, e) = self
+            .regions
+            .by_index(key)
+            .ok_or(MemError::InvalidKey { key })?;
+        let info = validate_fast_reg(&e.info, e.valid, e.data.len(), req, qp.pd)?;
+        let new = self
+            .regions
+            .rekey(key, info.key.key())
+            .ok_or(MemError::InvalidKey { key })?;
+        if let Some(e) = self.regions.get_mut(new) {
+            e.info = info;
+            e.valid = true;
+        }
+        Ok(new)
+    }
+
     fn bind_mw(&mut self, bind: &MwBind, qp: QpRef) -> Result<Key, MemError> {
         let mr = Key::new(bind.mr_lkey);
         let region = self.regions.get(mr).filter(|e| e.valid).map(|e| e.info);
@@ -884,6 +1001,70 @@ mod tests {
             Err(MemError::InvalidKey { key: fast })
         );
         assert_eq!(m.is_invalidated(plain), Ok(false));
+    }
+
+    #[test]
+    fn fast_registration_rules() {
+        let mut m = VecMemory::new();
+        let fr = m.alloc_fast(PD, 64).unwrap();
+        let plain = m.register(PD, BASE, LEN, ALL).unwrap();
+        let q = qp(PD);
+        let req = |key: Key, new: Key, length: u64, access| RegMr {
+            key: key.raw(),
+            new_key: new.raw(),
+            iova: BASE,
+            length,
+            access,
+        };
+        // Free: no key reaches it.
+        assert!(m.check(fr, PD, false, AccessFlags::empty(), 0, 1).is_err());
+        let refused = |m: &mut VecMemory, r: RegMr| m.reg_mr(&r, q).unwrap_err();
+        assert!(matches!(
+            refused(&mut m, req(plain, plain.inc(), 8, RW | LW)),
+            MemError::FastReg(_)
+        ));
+        assert!(matches!(
+            refused(&mut m, req(fr, fr.inc(), 65, RW | LW)),
+            MemError::FastReg(_)
+        ));
+        assert!(matches!(
+            refused(&mut m, req(fr, fr.inc(), 8, RW)),
+            MemError::FastReg(_)
+        ));
+        let moved = Key::from_parts(fr.index() + 1, 0).unwrap();
+        assert!(matches!(
+            refused(&mut m, req(fr, moved, 8, RW | LW)),
+            MemError::FastReg(_)
+        ));
+        assert_eq!(
+            refused(&mut m, req(fr.inc(), fr.inc(), 8, RW | LW)),
+            MemError::KeyMismatch { key: fr.inc() }
+        );
+        assert_eq!(
+            m.reg_mr(&req(fr, fr.inc(), 8, RW | LW), qp(PD + 1)),
+            Err(MemError::PdMismatch)
+        );
+        let mut wraps = req(fr, fr.inc(), 8, RW | LW);
+        wraps.iova = u64::MAX - 3;
+        assert_eq!(refused(&mut m, wraps), MemError::Overflow);
+        // Registered: reachable through the new key only, within its
+        // length; registered again only after an invalidation.
+        let k = m.reg_mr(&req(fr, fr.inc(), 32, RW | LW), q).unwrap();
+        assert_eq!((k.index(), k.key()), (fr.index(), fr.key().wrapping_add(1)));
+        assert!(m.check_rdma(k, q, RW, BASE, 32).is_ok());
+        assert!(m.check_rdma(k, q, RW, BASE, 33).is_err());
+        assert!(m.check_rdma(fr, q, RW, BASE, 1).is_err());
+        assert!(matches!(
+            refused(&mut m, req(k, k.inc(), 8, RW | LW)),
+            MemError::FastReg(_)
+        ));
+        assert_eq!(m.local_invalidate(k, q), Ok(()));
+        assert!(m.check_rdma(k, q, RW, BASE, 1).is_err());
+        let k2 = m.reg_mr(&req(k, k.inc(), 64, RW | LW), q).unwrap();
+        assert!(m.check_rdma(k2, q, RW, BASE, 64).is_ok());
+        // A peer may invalidate it too.
+        assert_eq!(m.invalidate(k2, q), Ok(()));
+        assert_eq!(m.is_invalidated(k2), Ok(true));
     }
 
     #[test]

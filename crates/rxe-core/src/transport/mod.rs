@@ -85,8 +85,8 @@ pub use error::{EndpointError, PostError};
 pub use io::{RecvMeta, Transmit};
 pub use key_table::KeyTable;
 pub use memory::{
-    atomic_by_copy, validate, validate_invalidate, validate_local_invalidate, AtomicOp, Key,
-    MemError, MemoryAccess, Region, RegionInfo, VecMemory,
+    atomic_by_copy, validate, validate_fast_reg, validate_invalidate, validate_local_invalidate,
+    AtomicOp, Key, MemError, MemoryAccess, RegMr, Region, RegionInfo, VecMemory,
 };
 pub use psn::{classify_request, Psn, PsnOutOfRange, RequestPsn};
 pub use qp::{

@@ -2,6 +2,7 @@
 //! the verbs layer and the transport engine. Names follow libibverbs
 //! (`ibv_send_wr`, `ibv_recv_wr`, `ibv_wc`).
 
+use crate::transport::memory::RegMr;
 use crate::transport::qp::AddressVector;
 use crate::transport::window::MwBind;
 
@@ -59,6 +60,10 @@ pub enum SendOp {
     LocalInv {
         key: u32,
     },
+    /// Registers a region allocated for fast registration (`IB_WR_REG_MR`
+    /// of the kernel's verbs; libibverbs has none): a local operation, no
+    /// packet.
+    RegMr(RegMr),
 }
 
 impl SendOp {
@@ -74,6 +79,7 @@ impl SendOp {
             SendOp::FetchAdd { .. } => WcOpcode::FetchAdd,
             SendOp::BindMw(_) => WcOpcode::BindMw,
             SendOp::LocalInv { .. } => WcOpcode::LocalInv,
+            SendOp::RegMr(_) => WcOpcode::RegMr,
         }
     }
 
@@ -81,7 +87,10 @@ impl SendOp {
     /// without sending a packet (IBTA 10.8.2.x; kernel rxe's local
     /// operations).
     pub const fn is_local(self) -> bool {
-        matches!(self, SendOp::BindMw(_) | SendOp::LocalInv { .. })
+        matches!(
+            self,
+            SendOp::BindMw(_) | SendOp::LocalInv { .. } | SendOp::RegMr(_)
+        )
     }
 
     /// READ and atomics: the responder answers with data, and at most
@@ -197,6 +206,8 @@ pub enum WcOpcode {
     FetchAdd,
     BindMw,
     LocalInv,
+    /// A fast registration (the kernel's `IB_WC_REG_MR`).
+    RegMr,
     Recv,
     RecvRdmaWithImm,
 }

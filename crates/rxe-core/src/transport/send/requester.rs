@@ -66,13 +66,13 @@
 //! - Atomic results are written to the 8-byte SGE in host byte order
 //!   (`u64::to_ne_bytes`), so a C program reading the `uint64_t` sees the
 //!   original value, as with every libibverbs provider.
-//! - Local operations (BIND_MW, LOCAL_INV) take no PSN and send nothing:
+//! - Local operations (BIND_MW, LOCAL_INV, REG_MR) take no PSN and send nothing:
 //!   the requester performs them when they reach the send position (after
 //!   a fence, like any request), and they complete in send-queue order,
 //!   once every request before them has completed (kernel rxe does the
 //!   same, its completer finishing them because no ACK will come). A
-//!   refused bind completes with MW_BIND_ERR, a refused invalidation with
-//!   LOC_QP_OP_ERR (kernel rxe's statuses), and the QP goes to ERR, as for
+//!   refused bind completes with MW_BIND_ERR, a refused invalidation or
+//!   fast registration with LOC_QP_OP_ERR (kernel rxe's statuses), and the QP goes to ERR, as for
 //!   every local error here.
 //! - `max_rd_atomic` 0 is taken as 1: kernel rxe would never start a READ
 //!   with 0 outstanding allowed, which hangs the queue.
@@ -256,6 +256,10 @@ impl Requester {
                 .map_err(|e| (e, WcStatus::MwBindErr)),
             SendOp::LocalInv { key } => mem
                 .local_invalidate(Key::new(key), qp)
+                .map_err(|e| (e, WcStatus::LocQpOpErr)),
+            SendOp::RegMr(req) => mem
+                .reg_mr(&req, qp)
+                .map(|_| ())
                 .map_err(|e| (e, WcStatus::LocQpOpErr)),
             _ => Ok(()),
         };

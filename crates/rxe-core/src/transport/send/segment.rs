@@ -137,7 +137,7 @@ pub(super) fn request_opcode(qp_type: QpType, op: SendOp, first: bool, last: boo
         // Local operations send no packet: the requester performs them
         // instead of asking for one (`Requester::run_local`), so this arm
         // is never taken; SEND ONLY keeps the function total.
-        SendOp::BindMw(_) | SendOp::LocalInv { .. } => 0x04,
+        SendOp::BindMw(_) | SendOp::LocalInv { .. } | SendOp::RegMr(_) => 0x04,
     };
     Opcode::on(transport_of(qp_type), code)
 }
