@@ -112,6 +112,10 @@ impl MemoryAccess for Guarded {
     fn reg_mr(&mut self, req: &RegMr, qp: QpRef) -> Result<Key, MemError> {
         self.inner.reg_mr(req, qp)
     }
+
+    fn check_whole(&self, key: Key, qp: QpRef, needed: AccessFlags) -> Result<Region, MemError> {
+        self.inner.check_whole(key, qp, needed)
+    }
 }
 
 /// The harness: an endpoint, its memory, the regions and QPs.

@@ -1,10 +1,11 @@
 //! Memory windows through the verbs API, between two devices over real UDP
-//! on loopback (127.0.0.180 to 127.0.0.185): a type 2B window bound by a
+//! on loopback (127.0.0.180 to 127.0.0.189): a type 2B window bound by a
 //! BIND_MW work request, remote WRITE and READ through its R_Key, accesses
 //! past it and of rights it does not grant refused, deregistration of its
 //! region refused while it is bound, invalidation by a peer's SEND with
 //! Invalidate, a rebind with a new key; a type 1 window bound by the verb
-//! and rebound; LOCAL_INV; a bind the region does not allow.
+//! and rebound; LOCAL_INV; a bind the region does not allow; fast
+//! registration; IBTA 1.5 ATOMIC WRITE and FLUSH.
 
 use rxe_integration::verbs_harness::*;
 use rxe_verbs::*;
@@ -312,4 +313,73 @@ fn fast_registration_register_access_invalidate_again() {
     );
     fr.dereg().unwrap();
     assert!(fr.dereg().is_err());
+}
+
+/// IBTA 1.5 ATOMIC WRITE and FLUSH between two QPs: the 8 bytes land
+/// as one, FLUSH of a range and of the whole region complete after them,
+/// a FLUSH to persistence is refused (no rxe region is persistent, and
+/// registering one that claims to be is refused).
+#[test]
+fn atomic_write_and_flush_between_two_qps() {
+    use rxe_core::wire::feth::{
+        PLT_GLOBAL_VISIBILITY, PLT_PERSISTENCE, SEL_MEMORY_RANGE, SEL_MEMORY_REGION,
+    };
+    // One device, two of its QPs connected to each other.
+    let a = Node::new("127.0.0.189");
+    let b = &a;
+    let (qa, _qb) = pair(&a, b, QpType::Rc);
+    let lw_rw = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    assert!(matches!(
+        b.pd.reg_mr_zeroed(64, lw_rw | AccessFlags::FLUSH_PERSISTENT),
+        Err(VerbsError::InvalidArgument(_))
+    ));
+    let tgt =
+        b.pd.reg_mr_zeroed(64, lw_rw | AccessFlags::FLUSH_GLOBAL)
+            .unwrap();
+    let v = 0x0123_4567_89ab_cdefu64.to_ne_bytes();
+    let aw = SendWr {
+        data: SendData::Inline(v.to_vec()),
+        ..send_wr(
+            1,
+            SendOp::AtomicWrite {
+                remote_addr: tgt.addr() + 16,
+                rkey: tgt.rkey(),
+            },
+            vec![],
+        )
+    };
+    qa.post_send(aw).unwrap();
+    let flush = |wr_id, placement, selectivity| {
+        send_wr(
+            wr_id,
+            SendOp::Flush {
+                remote_addr: tgt.addr() + 16,
+                rkey: tgt.rkey(),
+                len: 8,
+                placement,
+                selectivity,
+            },
+            vec![],
+        )
+    };
+    qa.post_send(flush(2, PLT_GLOBAL_VISIBILITY, SEL_MEMORY_RANGE))
+        .unwrap();
+    qa.post_send(flush(3, PLT_GLOBAL_VISIBILITY, SEL_MEMORY_REGION))
+        .unwrap();
+    let w = a.wait(3);
+    assert_eq!(
+        w.iter()
+            .map(|w| (w.wr_id, w.status, w.opcode))
+            .collect::<Vec<_>>(),
+        vec![
+            (1, WcStatus::Success, WcOpcode::AtomicWrite),
+            (2, WcStatus::Success, WcOpcode::Flush),
+            (3, WcStatus::Success, WcOpcode::Flush)
+        ]
+    );
+    assert_eq!(tgt.load_u64(16).unwrap(), u64::from_ne_bytes(v));
+    qa.post_send(flush(4, PLT_PERSISTENCE, SEL_MEMORY_RANGE))
+        .unwrap();
+    let w = a.wait(1);
+    assert_eq!((w[0].wr_id, w[0].status), (4, WcStatus::RemAccessErr));
 }

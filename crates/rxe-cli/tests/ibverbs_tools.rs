@@ -520,7 +520,7 @@ fn bad_input_from_c_fails_as_rdma_core_does() {
 }
 
 #[test]
-fn memory_windows_from_c_bind_write_and_invalidate() {
+fn memory_windows_and_atomic_write_from_c() {
     let _serial = serial();
     // ibv_alloc_mw, ibv_bind_mw and ibv_dealloc_mw are inline in verbs.h:
     // they reach rxe through the context's ops; IBV_WR_BIND_MW,

@@ -533,3 +533,179 @@ fn fast_reg_seed(seed: u64) {
 fn fast_registration_register_write_invalidate_reregister_under_faults() {
     for_seeds("fast_registration", 200, fast_reg_seed);
 }
+
+/// IBTA 1.5 ATOMIC WRITE and FLUSH over the faulty network (duplicates
+/// included): a stream of ATOMIC WRITEs to words of a region, WRITEs and
+/// FLUSHes (range and whole region) in between; every request completes
+/// in order, each word holds the last value written to it, a duplicate is
+/// never executed again (a later WRITE over a word is not undone by a
+/// replayed ATOMIC WRITE); then a FLUSH asking for persistence, which the
+/// region does not grant, is refused with REM_ACCESS_ERR.
+fn atomic_write_flush_seed(seed: u64) {
+    use rxe_core::wire::feth::{
+        PLT_GLOBAL_VISIBILITY, PLT_PERSISTENCE, SEL_MEMORY_RANGE, SEL_MEMORY_REGION,
+    };
+    let mut rng = Rng::new(seed);
+    let faults = if rng.chance(0.8) {
+        Faults::lossy(&mut rng)
+    } else {
+        Faults::none()
+    };
+    let mut sim = Sim::new(seed, 2, faults);
+    let o = ConnOpts::new(QpType::Rc).random_psns(&mut rng);
+    let (qa, qb) = connect(&mut sim, 0, 1, &o);
+    let _ = qb;
+    let ctx = format!("seed {seed}, faults {faults:?}");
+    let words = 16usize;
+    let tgt = sim.nodes[1].reg(
+        PD,
+        MR_VA,
+        vec![0; words * 8],
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::FLUSH_GLOBAL,
+    );
+    let n = rng.usize(4, 40);
+    let src: Vec<u8> = (0..n * 8).map(|_| rng.below(256) as u8).collect();
+    let src_key = sim.nodes[0].reg(PD, SRC_VA, src.clone(), AccessFlags::LOCAL_WRITE);
+    let mut want = vec![0u8; words * 8];
+    let mut kinds = Vec::new();
+    for i in 0..n {
+        let w = rng.usize(0, words - 1);
+        let at = MR_VA + 8 * w as u64;
+        let bytes = &src[i * 8..i * 8 + 8];
+        let (op, data, opcode) = match rng.below(4) {
+            0 => (
+                SendOp::RdmaWrite {
+                    remote_addr: at,
+                    rkey: tgt.raw(),
+                },
+                SendData::Sges(vec![sge(SRC_VA + 8 * i as u64, 8, src_key)]),
+                WcOpcode::RdmaWrite,
+            ),
+            1 => (
+                SendOp::Flush {
+                    remote_addr: at,
+                    rkey: tgt.raw(),
+                    len: 8,
+                    placement: PLT_GLOBAL_VISIBILITY,
+                    selectivity: *rng.pick(&[SEL_MEMORY_RANGE, SEL_MEMORY_REGION]),
+                },
+                SendData::Sges(vec![]),
+                WcOpcode::Flush,
+            ),
+            2 => (
+                SendOp::AtomicWrite {
+                    remote_addr: at,
+                    rkey: tgt.raw(),
+                },
+                SendData::Inline(bytes.to_vec()),
+                WcOpcode::AtomicWrite,
+            ),
+            _ => (
+                SendOp::AtomicWrite {
+                    remote_addr: at,
+                    rkey: tgt.raw(),
+                },
+                SendData::Sges(vec![sge(SRC_VA + 8 * i as u64, 8, src_key)]),
+                WcOpcode::AtomicWrite,
+            ),
+        };
+        if opcode != WcOpcode::Flush {
+            want[w * 8..w * 8 + 8].copy_from_slice(bytes);
+        }
+        kinds.push(opcode);
+        sim.nodes[0]
+            .ep
+            .post_send(qa, send_wr(i as u64, op, data))
+            .unwrap();
+    }
+    sim.run_until(&format!("{n} completions ({ctx})"), |s| {
+        s.nodes[0].count_wcs(qa, WorkQueue::Send) >= n
+    });
+    let got: Vec<_> = sim.nodes[0]
+        .wcs_of(qa, WorkQueue::Send)
+        .iter()
+        .map(|w| (w.wr_id, w.status, w.opcode))
+        .collect();
+    let expect: Vec<_> = kinds
+        .iter()
+        .enumerate()
+        .map(|(i, k)| (i as u64, WcStatus::Success, *k))
+        .collect();
+    assert_eq!(got, expect, "{ctx}");
+    // Let every duplicate arrive before looking at memory.
+    sim.run_until_idle();
+    assert_eq!(sim.nodes[1].bytes(tgt), &want[..], "{ctx}");
+    let persist = send_wr(
+        99,
+        SendOp::Flush {
+            remote_addr: MR_VA,
+            rkey: tgt.raw(),
+            len: 8,
+            placement: PLT_PERSISTENCE,
+            selectivity: SEL_MEMORY_RANGE,
+        },
+        SendData::Sges(vec![]),
+    );
+    sim.nodes[0].ep.post_send(qa, persist).unwrap();
+    sim.run_until(&format!("the refused FLUSH ({ctx})"), |s| {
+        s.nodes[0].count_wcs(qa, WorkQueue::Send) > n
+    });
+    let w = *sim.nodes[0].wcs_of(qa, WorkQueue::Send).last().unwrap();
+    assert!(
+        matches!(w.status, WcStatus::RemAccessErr | WcStatus::RetryExcErr),
+        "{ctx}: {w:?}"
+    );
+}
+
+#[test]
+fn atomic_write_and_flush_in_order_exactly_once_under_faults() {
+    for_seeds("atomic_write_and_flush", 300, atomic_write_flush_seed);
+}
+
+#[test]
+fn atomic_write_and_flush_post_time_checks() {
+    use rxe_core::transport::PostError;
+    let mut sim = Sim::new(1, 2, Faults::none());
+    let (qa, _) = connect(&mut sim, 0, 1, &ConnOpts::new(QpType::Rc));
+    let (ua, _) = connect(&mut sim, 0, 1, &ConnOpts::new(QpType::Uc));
+    let aw = |addr| SendOp::AtomicWrite {
+        remote_addr: addr,
+        rkey: 1,
+    };
+    let fl = |placement, selectivity| SendOp::Flush {
+        remote_addr: 0,
+        rkey: 1,
+        len: 8,
+        placement,
+        selectivity,
+    };
+    let ep = &mut sim.nodes[0].ep;
+    let post =
+        |ep: &mut rxe_core::transport::Endpoint, q, op, data| ep.post_send(q, send_wr(1, op, data));
+    let eight = || SendData::Inline(vec![0; 8]);
+    assert_eq!(post(ep, qa, aw(4), eight()), Err(PostError::BadAtomic));
+    assert_eq!(
+        post(ep, qa, aw(8), SendData::Inline(vec![0; 7])),
+        Err(PostError::BadAtomic)
+    );
+    assert_eq!(post(ep, ua, aw(8), eight()), Err(PostError::OpNotSupported));
+    assert_eq!(
+        post(ep, ua, fl(1, 0), SendData::Sges(vec![])),
+        Err(PostError::OpNotSupported)
+    );
+    assert_eq!(
+        post(ep, qa, fl(0, 0), SendData::Sges(vec![])),
+        Err(PostError::BadFlush)
+    );
+    assert_eq!(
+        post(ep, qa, fl(4, 0), SendData::Sges(vec![])),
+        Err(PostError::BadFlush)
+    );
+    assert_eq!(
+        post(ep, qa, fl(1, 2), SendData::Sges(vec![])),
+        Err(PostError::BadFlush)
+    );
+    assert_eq!(post(ep, qa, fl(1, 0), eight()), Err(PostError::BadFlush));
+    assert_eq!(post(ep, qa, fl(3, 1), SendData::Sges(vec![])), Ok(()));
+    assert_eq!(post(ep, qa, aw(8), eight()), Ok(()));
+}

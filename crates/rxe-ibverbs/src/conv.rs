@@ -19,6 +19,8 @@ pub fn wc_to_c(w: &WorkCompletion) -> ibv_wc {
         WcOpcode::FetchAdd => IBV_WC_FETCH_ADD,
         WcOpcode::BindMw => IBV_WC_BIND_MW,
         WcOpcode::LocalInv => IBV_WC_LOCAL_INV,
+        WcOpcode::AtomicWrite => IBV_WC_ATOMIC_WRITE,
+        WcOpcode::Flush => IBV_WC_FLUSH,
         // libibverbs has no REG_MR work request, so a C program never
         // sees this completion; the number is where the kernel's
         // ib_wc_opcode puts IB_WC_REG_MR (after IB_WC_ATOMIC_WRITE, 9;
@@ -126,6 +128,11 @@ pub fn send_wr_from_c(
             add: w.wr[1],
             rkey: rkey32(w.wr[3]),
         },
+        // The 8 bytes come from the SGE (or inline).
+        IBV_WR_ATOMIC_WRITE => SendOp::AtomicWrite {
+            remote_addr: w.wr[0],
+            rkey: rkey32(w.wr[1]),
+        },
         IBV_WR_BIND_MW => SendOp::BindMw(w.mw.ok_or(WrError::BadMw)?),
         // invalidate_rkey is host order, in imm_data's place.
         IBV_WR_LOCAL_INV => SendOp::LocalInv { key: w.imm_data },
@@ -144,9 +151,9 @@ pub fn send_wr_from_c(
             ud: None,
         });
     }
-    // Inline applies to sends and writes; READ and atomics need their SGE
-    // as the place the answer lands.
-    let data = if w.send_flags & IBV_SEND_INLINE != 0 && !op.is_read_or_atomic() {
+    // Inline applies to sends, writes and ATOMIC WRITE; READ and atomics
+    // need their SGE as the place the answer lands.
+    let data = if w.send_flags & IBV_SEND_INLINE != 0 && !op.writes_locally() {
         SendData::Inline(inline(w.sges))
     } else {
         SendData::Sges(

@@ -37,7 +37,9 @@ pub fn access_of(flags: u32) -> Result<(AccessFlags, bool), c_int> {
         | IBV_ACCESS_REMOTE_READ
         | IBV_ACCESS_REMOTE_ATOMIC
         | IBV_ACCESS_MW_BIND
-        | IBV_ACCESS_ZERO_BASED;
+        | IBV_ACCESS_ZERO_BASED
+        | IBV_ACCESS_FLUSH_GLOBAL
+        | IBV_ACCESS_FLUSH_PERSISTENT;
     if f & !known != 0 {
         return Err(libc::EINVAL);
     }
@@ -154,7 +156,11 @@ mod tests {
         assert_eq!(a, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE);
         assert!(!z);
         assert_eq!(access_of(IBV_ACCESS_ON_DEMAND), Err(libc::EOPNOTSUPP));
-        assert_eq!(access_of(1 << 8), Err(libc::EINVAL));
+        assert_eq!(access_of(1 << 10), Err(libc::EINVAL));
+        // The FLUSH rights and MW_BIND are kept (rxe-verbs refuses
+        // FLUSH_PERSISTENT: no rxe region is persistent).
+        let (f, _) = access_of(IBV_ACCESS_FLUSH_GLOBAL | IBV_ACCESS_MW_BIND).unwrap();
+        assert_eq!(f, AccessFlags::FLUSH_GLOBAL | AccessFlags::MW_BIND);
         assert!(access_of(IBV_ACCESS_ZERO_BASED).unwrap().1);
     }
 }

@@ -87,6 +87,14 @@ impl Pd {
                 "remote write or atomic access needs LOCAL_WRITE too".into(),
             ));
         }
+        // FLUSH to persistence needs persistent memory behind the region
+        // (kernel rxe allows FLUSH_PERSISTENT only on pmem); rxe's regions
+        // are ordinary host memory.
+        if access.contains(AccessFlags::FLUSH_PERSISTENT) {
+            return Err(VerbsError::InvalidArgument(
+                "FLUSH_PERSISTENT: rxe's memory is not persistent".into(),
+            ));
+        }
         let va = iova.unwrap_or_else(|| buf.base_addr());
         let mut e = self.dev.lock();
         let max = self.dev.max().max_mr;

@@ -269,6 +269,16 @@ impl MemoryAccess for MrTable {
     /// Remote atomics on a whole aligned word are real atomic operations on
     /// the shared buffer, so they are atomic with respect to the
     /// application's own atomics on the same word ([`crate::Mr::fetch_add`]).
+    fn check_whole(&self, key: Key, qp: QpRef, needed: AccessFlags) -> Result<Region, MemError> {
+        let start = if is_window_key(key) {
+            self.windows.start_of(key)
+        } else {
+            self.regions.by_index(key).map(|(_, mr)| mr.info.va)
+        };
+        let va = start.ok_or(MemError::InvalidKey { key })?;
+        self.check_remote(key, qp, needed, va, 0)
+    }
+
     fn atomic(&mut self, rkey: Key, qp: QpRef, va: u64, op: AtomicOp) -> Result<u64, MemError> {
         let region = self.check_remote(rkey, qp, AccessFlags::REMOTE_ATOMIC, va, 8)?;
         if va % 8 != 0 {

@@ -4,8 +4,9 @@
  * of one device connected to each other; QP b binds windows on a region,
  * QP a writes through their R_Keys. A type 1 window bound by ibv_bind_mw,
  * a type 2 window bound by an IBV_WR_BIND_MW work request and by
- * ibv_wr_bind_mw, invalidated by IBV_WR_LOCAL_INV and ibv_wr_local_inv,
- * after which the same WRITE is refused. Run under `rxe exec --ip ADDR`.
+ * ibv_wr_bind_mw, invalidated by IBV_WR_LOCAL_INV and ibv_wr_local_inv;
+ * IBTA 1.5 ATOMIC WRITE by IBV_WR_ATOMIC_WRITE and ibv_wr_atomic_write;
+ * last the WRITE through the invalidated window, refused. Run under `rxe exec --ip ADDR`.
  * Prints OK at the end. */
 #include <errno.h>
 #include <stdio.h>
@@ -75,7 +76,7 @@ static struct ibv_qp *make_qp(struct ibv_context *ctx, struct ibv_pd *pd)
 		.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
 		.pd = pd,
 		.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_BIND_MW |
-				  IBV_QP_EX_WITH_LOCAL_INV,
+				  IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_ATOMIC_WRITE,
 	};
 	return ibv_create_qp_ex(ctx, &ia);
 }
@@ -200,6 +201,36 @@ int main(void)
 	wc = wait_wc();
 	CHECK(wc.wr_id == 8 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_LOCAL_INV,
 	      "wr_local_inv wc: %d %d", wc.status, wc.opcode);
+
+	/* IBTA 1.5 ATOMIC WRITE, by ibv_post_send and by ibv_wr_atomic_write. */
+	uint64_t *words = calloc(4, sizeof(uint64_t));
+	struct ibv_mr *aw = ibv_reg_mr(pd, words, 32, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	if (!aw)
+		return 1;
+	uint64_t v1 = 0x1122334455667788ULL, v2 = 0x99aabbccddeeff00ULL;
+	memcpy(sbuf, &v1, 8);
+	struct ibv_sge asge = { .addr = (uintptr_t)sbuf, .length = 8, .lkey = src->lkey };
+	struct ibv_send_wr awr = { .wr_id = 10, .sg_list = &asge, .num_sge = 1,
+		.opcode = IBV_WR_ATOMIC_WRITE, .send_flags = IBV_SEND_SIGNALED };
+	awr.wr.rdma.remote_addr = (uintptr_t)&words[1];
+	awr.wr.rdma.rkey = aw->rkey;
+	CHECK(ibv_post_send(qa, &awr, &bad) == 0, "post ATOMIC_WRITE");
+	wc = wait_wc();
+	CHECK(wc.wr_id == 10 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_ATOMIC_WRITE,
+	      "atomic write wc: %d %d", wc.status, wc.opcode);
+	CHECK(words[1] == v1, "atomic write: %llx", (unsigned long long)words[1]);
+	struct ibv_qp_ex *qax = ibv_qp_to_qp_ex(qa);
+	ibv_wr_start(qax);
+	qax->wr_id = 11;
+	qax->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_atomic_write(qax, aw->rkey, (uintptr_t)&words[2], &v2);
+	CHECK(ibv_wr_complete(qax) == 0, "wr_atomic_write");
+	wc = wait_wc();
+	CHECK(wc.wr_id == 11 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_ATOMIC_WRITE,
+	      "wr_atomic_write wc: %d %d", wc.status, wc.opcode);
+	CHECK(words[2] == v2 && words[0] == 0 && words[3] == 0, "wr_atomic_write: %llx",
+	      (unsigned long long)words[2]);
+	CHECK(ibv_dereg_mr(aw) == 0, "dereg aw");
 
 	/* The same WRITE once the window is invalidated: refused. */
 	memset(buf + 2048, 0, 64);

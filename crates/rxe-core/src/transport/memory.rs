@@ -568,6 +568,12 @@ pub trait MemoryAccess {
         self.check(key, qp.pd, true, needed, va, len)
     }
 
+    /// Validates a remote access by `qp` to the whole region (or window)
+    /// `key` names, needing `needed`: a FLUSH of selectivity "memory
+    /// region", whose RETH address and length do not count. Returns the
+    /// empty range at the region's first byte.
+    fn check_whole(&self, key: Key, qp: QpRef, needed: AccessFlags) -> Result<Region, MemError>;
+
     /// Validates the RETH of an RDMA WRITE or READ (`needed` is
     /// `REMOTE_WRITE` or `REMOTE_READ`). A zero DMA length needs no valid
     /// R_Key or address (C9-88): it gets [`Region::empty`] without a lookup.
@@ -856,6 +862,16 @@ impl MemoryAccess for VecMemory {
             return self.windows.invalidate(key, qp, false);
         }
         self.invalidate_region(key, qp.pd, validate_local_invalidate)
+    }
+
+    fn check_whole(&self, key: Key, qp: QpRef, needed: AccessFlags) -> Result<Region, MemError> {
+        let start = if is_window_key(key) {
+            self.windows.start_of(key)
+        } else {
+            self.regions.by_index(key).map(|(_, e)| e.info.va)
+        };
+        let va = start.ok_or(MemError::InvalidKey { key })?;
+        self.check_remote(key, qp, needed, va, 0)
     }
 
     fn reg_mr(&mut self, req: &RegMr, qp: QpRef) -> Result<Key, MemError> {

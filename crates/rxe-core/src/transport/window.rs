@@ -211,6 +211,11 @@ impl WindowTable {
             .ok_or(MemError::InvalidKey { key })
     }
 
+    /// The first byte of the window `key`'s index names, if it is bound.
+    pub fn start_of(&self, key: Key) -> Option<u64> {
+        self.info(key).and_then(|w| w.binding).map(|b| b.va)
+    }
+
     /// How many windows are bound to the region `mr` names.
     pub fn windows_on(&self, mr: Key) -> usize {
         self.on_region.get(&mr.index()).copied().unwrap_or(0)

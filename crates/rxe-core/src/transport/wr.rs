@@ -52,6 +52,25 @@ pub enum SendOp {
         rkey: u32,
         add: u64,
     },
+    /// IBTA 1.5 ATOMIC WRITE (RC): the request's 8 bytes of data (one
+    /// 8-byte SGE, or 8 inline bytes) placed as one at the 8-byte aligned
+    /// `remote_addr`, in the byte order given (`ibv_wr_atomic_write`).
+    AtomicWrite {
+        remote_addr: u64,
+        rkey: u32,
+    },
+    /// IBTA 1.5 FLUSH (RC; Annex A19): makes earlier writes to `len`
+    /// bytes at `remote_addr` (selectivity `wire::feth::SEL_MEMORY_RANGE`)
+    /// or to the whole region of `rkey` (`SEL_MEMORY_REGION`) globally
+    /// visible and/or persistent (`placement`, a set of
+    /// `wire::feth::PLT_*` bits). Carries no data.
+    Flush {
+        remote_addr: u64,
+        rkey: u32,
+        len: u32,
+        placement: u8,
+        selectivity: u8,
+    },
     /// Binds a memory window (`IBV_WR_BIND_MW`, or the Bind Memory Window
     /// verb for a type 1 window): a local operation, no packet.
     BindMw(MwBind),
@@ -77,6 +96,8 @@ impl SendOp {
             SendOp::RdmaRead { .. } => WcOpcode::RdmaRead,
             SendOp::CmpSwap { .. } => WcOpcode::CompSwap,
             SendOp::FetchAdd { .. } => WcOpcode::FetchAdd,
+            SendOp::AtomicWrite { .. } => WcOpcode::AtomicWrite,
+            SendOp::Flush { .. } => WcOpcode::Flush,
             SendOp::BindMw(_) => WcOpcode::BindMw,
             SendOp::LocalInv { .. } => WcOpcode::LocalInv,
             SendOp::RegMr(_) => WcOpcode::RegMr,
@@ -93,9 +114,31 @@ impl SendOp {
         )
     }
 
-    /// READ and atomics: the responder answers with data, and at most
-    /// `max_rd_atomic` of them may be outstanding (IBTA 9.5, 10.2.3).
+    /// READ, atomics, ATOMIC WRITE and FLUSH: the responder answers each
+    /// with a response of its own, and at most `max_rd_atomic` of them may
+    /// be outstanding (IBTA 9.5, 10.2.3; ATOMIC WRITE and FLUSH use the
+    /// responder resources too, IBTA 1.5, not checked against the text).
     pub const fn is_read_or_atomic(self) -> bool {
+        matches!(
+            self,
+            SendOp::RdmaRead { .. }
+                | SendOp::CmpSwap { .. }
+                | SendOp::FetchAdd { .. }
+                | SendOp::AtomicWrite { .. }
+                | SendOp::Flush { .. }
+        )
+    }
+
+    /// ATOMIC WRITE and FLUSH: one request packet, one PSN, answered by an
+    /// RDMA READ Response Only without payload (as kernel rxe answers
+    /// them; IBTA 1.5, not checked against the text).
+    pub const fn is_zero_response(self) -> bool {
+        matches!(self, SendOp::AtomicWrite { .. } | SendOp::Flush { .. })
+    }
+
+    /// READ and the two 64-bit atomics: their response lands in the
+    /// request's SGEs, which need local write.
+    pub const fn writes_locally(self) -> bool {
         matches!(
             self,
             SendOp::RdmaRead { .. } | SendOp::CmpSwap { .. } | SendOp::FetchAdd { .. }
@@ -204,6 +247,10 @@ pub enum WcOpcode {
     RdmaRead,
     CompSwap,
     FetchAdd,
+    /// `IBV_WC_ATOMIC_WRITE`.
+    AtomicWrite,
+    /// `IBV_WC_FLUSH`.
+    Flush,
     BindMw,
     LocalInv,
     /// A fast registration (the kernel's `IB_WC_REG_MR`).

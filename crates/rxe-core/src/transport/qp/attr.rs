@@ -265,19 +265,28 @@ impl AccessFlags {
     /// [`AccessFlags::from_bits`] refuses it, [`AccessFlags::from_mr_bits`]
     /// keeps it.
     pub const MW_BIND: AccessFlags = AccessFlags(1 << 4);
+    /// `IBV_ACCESS_FLUSH_GLOBAL` (rdma-core after v44): a region that a
+    /// FLUSH may ask for global visibility of (IBTA 1.5 Annex A19, not
+    /// checked against the text). A region flag.
+    pub const FLUSH_GLOBAL: AccessFlags = AccessFlags(1 << 8);
+    /// `IBV_ACCESS_FLUSH_PERSISTENT`: a region that a FLUSH may ask for
+    /// persistence of. A region flag.
+    pub const FLUSH_PERSISTENT: AccessFlags = AccessFlags(1 << 9);
 
-    const NAMES: [(AccessFlags, &'static str); 5] = [
+    const NAMES: [(AccessFlags, &'static str); 7] = [
         (AccessFlags::LOCAL_WRITE, "LOCAL_WRITE"),
         (AccessFlags::REMOTE_WRITE, "REMOTE_WRITE"),
         (AccessFlags::REMOTE_READ, "REMOTE_READ"),
         (AccessFlags::REMOTE_ATOMIC, "REMOTE_ATOMIC"),
         (AccessFlags::MW_BIND, "MW_BIND"),
+        (AccessFlags::FLUSH_GLOBAL, "FLUSH_GLOBAL"),
+        (AccessFlags::FLUSH_PERSISTENT, "FLUSH_PERSISTENT"),
     ];
     const ALL_BITS: u32 = 0xf;
-    const MR_BITS: u32 = 0x1f;
+    const MR_BITS: u32 = 0x31f;
 
-    /// The memory-region flags of `bits` (the four rights and
-    /// `MW_BIND`); other bits are dropped.
+    /// The memory-region flags of `bits` (the four rights, `MW_BIND` and
+    /// the two FLUSH rights); other bits are dropped.
     pub const fn from_mr_bits(bits: u32) -> AccessFlags {
         AccessFlags(bits & Self::MR_BITS)
     }

@@ -94,6 +94,23 @@ impl Responder {
                     None => self.push(Out::Read(restart)),
                 }
             }
+            Operation::AtomicWrite | Operation::Flush => {
+                let Some(Entry {
+                    saved: Saved::Zero { .. },
+                    msn,
+                }) = self.resources.find(psn)
+                else {
+                    return;
+                };
+                let queued = self
+                    .out
+                    .iter()
+                    .any(|o| matches!(o, Out::Read(r) if r.res_psn == psn));
+                if !queued {
+                    let va = pkt.repr.ext.reth.map_or(0, |r| r.va);
+                    self.push(Out::zero_response(psn, va, msn));
+                }
+            }
             Operation::CompareSwap | Operation::FetchAdd => {
                 let Some(Entry {
                     saved: Saved::Atomic { orig, .. },

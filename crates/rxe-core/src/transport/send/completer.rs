@@ -204,6 +204,19 @@ impl Requester {
         let Some(w) = self.sq.front() else {
             return counters.inc(Counter::DropUnexpectedResponse);
         };
+        if w.wr.op.is_zero_response() && w.holds(p) {
+            // ATOMIC WRITE and FLUSH: one RDMA READ Response Only without
+            // payload at the request's PSN completes them.
+            let shape_ok = pkt.info.position == Some(Position::Only) && pkt.payload.is_empty();
+            if !shape_ok {
+                return self.fail_front(common, WcStatus::BadRespErr);
+            }
+            if let Some(w) = self.pop_front() {
+                complete(common, &w, WcStatus::Success);
+            }
+            self.una = p.next();
+            return self.progress(common, now);
+        }
         if !w.holds(p) || !matches!(w.wr.op, SendOp::RdmaRead { .. }) {
             return counters.inc(Counter::DropUnexpectedResponse);
         }

@@ -372,7 +372,7 @@ impl Requester {
         let pd = common.init.pd;
         let psn = self.psn;
         let wqe = &mut self.sq[self.next];
-        let needed = if wqe.wr.op.is_read_or_atomic() {
+        let needed = if wqe.wr.op.writes_locally() {
             AccessFlags::LOCAL_WRITE
         } else {
             AccessFlags::empty()
@@ -699,7 +699,31 @@ pub(super) fn validate(common: &QpCommon, wr: &SendWr) -> Result<u32, PostError>
         }
         SendData::Inline(_) if op.is_atomic() => return Err(PostError::BadAtomic),
         // READ data lands in registered memory: inline makes no sense.
-        SendData::Inline(_) if op.is_read_or_atomic() => return Err(PostError::OpNotSupported),
+        SendData::Inline(_) if op.writes_locally() => return Err(PostError::OpNotSupported),
+        _ => {}
+    }
+    match op {
+        // IBTA 1.5 ATOMIC WRITE: 8 bytes at an 8-byte aligned address.
+        SendOp::AtomicWrite { remote_addr, .. } if wr.data.len() != 8 || remote_addr % 8 != 0 => {
+            return Err(PostError::BadAtomic);
+        }
+        // FLUSH: no data; a placement type of known bits, not none; a
+        // selectivity level of range or region (Annex A19.4.1, not checked
+        // against the text).
+        SendOp::Flush {
+            placement,
+            selectivity,
+            ..
+        } => {
+            let plt = crate::wire::feth::PLT_GLOBAL_VISIBILITY | crate::wire::feth::PLT_PERSISTENCE;
+            if !wr.data.is_empty()
+                || placement == 0
+                || placement & !plt != 0
+                || selectivity > crate::wire::feth::SEL_MEMORY_REGION
+            {
+                return Err(PostError::BadFlush);
+            }
+        }
         _ => {}
     }
     if let SendOp::CmpSwap { remote_addr, .. } | SendOp::FetchAdd { remote_addr, .. } = op {
