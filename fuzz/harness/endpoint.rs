@@ -35,9 +35,9 @@
 #![forbid(unsafe_code)]
 
 use rxe_core::transport::{
-    AccessFlags, AddressVector, Counter, Endpoint, Instant, Key, MemError, MemoryAccess, PathMtu,
-    Psn, QpAttr, QpCaps, QpInit, QpState, QpType, RecvMeta, RecvWr, Region, SendData, SendOp,
-    SendWr, Sge, UdDest, VecMemory,
+    AccessFlags, AddressVector, Counter, Endpoint, Instant, Key, MemError, MemoryAccess, MwBind,
+    PathMtu, Psn, QpAttr, QpCaps, QpInit, QpRef, QpState, QpType, RecvMeta, RecvWr, RegMr, Region,
+    SendData, SendOp, SendWr, Sge, UdDest, VecMemory,
 };
 use rxe_core::wire::TransportRepr;
 
@@ -92,12 +92,29 @@ impl MemoryAccess for Guarded {
         self.inner.write(region, offset, src)
     }
 
-    fn invalidate(&mut self, rkey: Key, pd: u32) -> Result<(), MemError> {
-        // Every region of the harness is an ordinary one (ibv_reg_mr): no
-        // SEND with Invalidate may ever invalidate it.
-        let r = self.inner.invalidate(rkey, pd);
+    fn invalidate(&mut self, rkey: Key, qp: QpRef) -> Result<(), MemError> {
+        // Every region of the harness is an ordinary one (ibv_reg_mr), and
+        // it has no memory window: no SEND with Invalidate may ever
+        // invalidate anything.
+        let r = self.inner.invalidate(rkey, qp);
         assert!(r.is_err(), "a peer invalidated an ordinary region {rkey}");
         r
+    }
+
+    fn local_invalidate(&mut self, key: Key, qp: QpRef) -> Result<(), MemError> {
+        self.inner.local_invalidate(key, qp)
+    }
+
+    fn bind_mw(&mut self, bind: &MwBind, qp: QpRef) -> Result<Key, MemError> {
+        self.inner.bind_mw(bind, qp)
+    }
+
+    fn reg_mr(&mut self, req: &RegMr, qp: QpRef) -> Result<Key, MemError> {
+        self.inner.reg_mr(req, qp)
+    }
+
+    fn check_whole(&self, key: Key, qp: QpRef, needed: AccessFlags) -> Result<Region, MemError> {
+        self.inner.check_whole(key, qp, needed)
     }
 }
 

@@ -128,6 +128,7 @@ fn send_wr(b: &mut Bytes<'_>, out: &mut Outcome) {
         imm_data: b.u32(),
         wr: [b.u64(), b.u64(), b.u64(), b.u64()],
         sges: &[],
+        mw: None,
     };
     let n = usize::from(b.u8() % 8);
     let sges: Vec<ibv_sge> = (0..n)
@@ -166,6 +167,20 @@ fn send_wr(b: &mut Bytes<'_>, out: &mut Outcome) {
         Err(WrError::Opcode) => {
             assert!(!known, "opcode {opcode} refused");
             out.send_refused = true;
+        }
+        Err(WrError::BadMw) => {
+            // The harness resolves no window: a BIND_MW is refused.
+            assert_eq!(opcode, IBV_WR_BIND_MW, "BadMw for opcode {opcode}");
+            out.send_refused = true;
+        }
+        Ok(s) if opcode == IBV_WR_LOCAL_INV => {
+            // A local operation: the key from invalidate_rkey, no data, no
+            // destination, whatever the flags and the QP type say.
+            assert_eq!(s.op, SendOp::LocalInv { key: w.imm_data });
+            assert_eq!(s.data, SendData::Sges(Vec::new()));
+            assert!(s.ud.is_none());
+            assert_eq!(s.signaled, send_flags & IBV_SEND_SIGNALED != 0);
+            out.send_ok = true;
         }
         Err(WrError::BadAh) => {
             assert!(known && ud && !ah_resolves, "BadAh without cause");

@@ -528,17 +528,23 @@ fn reserved_and_foreign_opcodes_are_dropped() {
     l.good_send();
 }
 
-/// ATOMIC WRITE (0x1d: RETH and 8 bytes of payload): not supported by rxe.
+/// ATOMIC WRITE (0x1d: RETH and 8 bytes of payload) at an address that is
+/// not 8-byte aligned: Invalid Request, as for the other atomics, and
+/// nothing is written.
 #[test]
-fn unsupported_opcode_atomic_write_is_invalid_request() {
+fn misaligned_atomic_write_is_invalid_request() {
     let mut l = Lab::new(21);
     let (qpn, va, rkey) = (l.qpn(), l.v.mr.addr(), l.v.mr.rkey());
-    let p = Packet::write_only(qpn, RQ_PSN, va, rkey, &[9; 8]).opcode(0x1d);
+    let at = (va + 8) & !7 | 4;
+    let p = Packet::write_only(qpn, RQ_PSN, at, rkey, &[9; 8]).opcode(0x1d);
+    // fatal_nak checks that the memory is as it was.
     l.fatal_nak(p, RQ_PSN, NakCode::InvalidRequest);
 }
 
+/// FLUSH whose FETH asks for no placement type at all (and names no
+/// region): Invalid Request.
 #[test]
-fn unsupported_opcode_flush_is_invalid_request() {
+fn flush_without_a_placement_type_is_invalid_request() {
     let mut l = Lab::new(8);
     // FLUSH: FETH + RETH, no payload.
     let mut bytes = vec![0u8; 12 + 4 + 16 + 4];

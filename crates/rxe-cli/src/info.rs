@@ -132,7 +132,7 @@ pub fn write_device(out: &mut impl Write, dev: &Device, verbose: bool) -> Result
         // as ibv_devinfo shows for a device without them.
         writeln!(out, "\tmax_ee:\t\t\t\t0")?;
         writeln!(out, "\tmax_rdd:\t\t\t0")?;
-        writeln!(out, "\tmax_mw:\t\t\t\t0")?;
+        writeln!(out, "\tmax_mw:\t\t\t\t{}", a.max_mw)?;
         writeln!(out, "\tmax_raw_ipv6_qp:\t\t0")?;
         writeln!(out, "\tmax_raw_ethy_qp:\t\t0")?;
         writeln!(out, "\tmax_mcast_grp:\t\t\t{}", a.max_mcast_grp)?;

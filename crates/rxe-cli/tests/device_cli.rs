@@ -73,12 +73,16 @@ fn demo_runs_every_operation() {
         "4. CMP_SWAP",
         "5. FETCH_ADD",
         "6. UD SEND",
+        "7. FAST REG",
+        "8. ATOMIC WRITE",
+        "9. FLUSH",
+        "10. MEMORY WINDOW",
     ] {
         assert!(t.contains(op), "{op:?} not in\n{t}");
     }
     assert_eq!(
         f.stdout.iter().filter(|l| l.starts_with("   OK: ")).count(),
-        6,
+        10,
         "{t}"
     );
     let summary = f
@@ -87,7 +91,7 @@ fn demo_runs_every_operation() {
         .find(|l| l.starts_with("Summary: "))
         .unwrap();
     assert!(
-        summary.contains("(0 bad); 6 of 6 operations OK"),
+        summary.contains("(0 bad); 10 of 10 operations OK"),
         "{summary}"
     );
     // Packets as `rxe dissect` prints them, numbered from 1.
@@ -117,7 +121,7 @@ fn demo_keeps_pcapng_captures_and_their_ladders() {
         T,
     );
     assert!(f.ok(), "{f:#?}");
-    for n in 1..=6 {
+    for n in 1..=10 {
         let cap = dir.join(format!("step{n}.pcapng"));
         let bytes = std::fs::read(&cap).unwrap();
         assert_eq!(
@@ -145,7 +149,7 @@ fn demo_keeps_pcapng_captures_and_their_ladders() {
             .iter()
             .filter(|l| l.starts_with("   ladder: "))
             .count(),
-        6,
+        10,
         "{}",
         f.text()
     );

@@ -520,6 +520,41 @@ fn bad_input_from_c_fails_as_rdma_core_does() {
 }
 
 #[test]
+fn memory_windows_and_atomic_write_from_c() {
+    let _serial = serial();
+    // ibv_alloc_mw, ibv_bind_mw and ibv_dealloc_mw are inline in verbs.h:
+    // they reach rxe through the context's ops; IBV_WR_BIND_MW,
+    // IBV_WR_LOCAL_INV, ibv_wr_bind_mw and ibv_wr_local_inv through
+    // post_send and the extended QP.
+    if !Path::new("/usr/include/infiniband/verbs.h").exists() {
+        if std::env::var("RXE_SKIP_IBVERBS_TOOLS").as_deref() == Ok("1") {
+            eprintln!("SKIPPED: no verbs.h (RXE_SKIP_IBVERBS_TOOLS=1)");
+            return;
+        }
+        panic!("no /usr/include/infiniband/verbs.h: install libibverbs-dev (scripts/setup.sh), or set RXE_SKIP_IBVERBS_TOOLS=1");
+    }
+    let dir = std::env::temp_dir().join(format!("rxe-mw-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join("memory_windows");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/memory_windows.c");
+    let cc = Command::new("cc")
+        .args(["-Wall", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .arg("-libverbs")
+        .output()
+        .expect("cc runs");
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let f = exec("127.0.0.186", exe.to_str().unwrap(), &[]).finish(T);
+    assert!(f.ok() && f.stdout == ["OK"], "{f:#?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn uc_ud_and_srq_pingpong_against_rxe_pingpong_both_ways() {
     let _serial = serial();
     // srq: no --chk-echo (the tool's QPs share one buffer, so what comes

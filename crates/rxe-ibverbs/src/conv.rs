@@ -4,8 +4,8 @@
 
 use rxe_core::transport::{AltPath, Attr, Psn};
 use rxe_verbs::{
-    AccessFlags, AddressVector, AttrMask, MigState, PathMtu, QpAttr, QpCap, QpInfo, QpState,
-    SendData, SendOp, SendWr, Sge, UdDest, WcOpcode, WorkCompletion,
+    AccessFlags, AddressVector, AttrMask, MigState, MwBind, PathMtu, QpAttr, QpCap, QpInfo,
+    QpState, SendData, SendOp, SendWr, Sge, UdDest, WcOpcode, WorkCompletion,
 };
 use rxe_verbs_abi::consts::*;
 use rxe_verbs_abi::*;
@@ -17,6 +17,15 @@ pub fn wc_to_c(w: &WorkCompletion) -> ibv_wc {
         WcOpcode::RdmaRead => IBV_WC_RDMA_READ,
         WcOpcode::CompSwap => IBV_WC_COMP_SWAP,
         WcOpcode::FetchAdd => IBV_WC_FETCH_ADD,
+        WcOpcode::BindMw => IBV_WC_BIND_MW,
+        WcOpcode::LocalInv => IBV_WC_LOCAL_INV,
+        WcOpcode::AtomicWrite => IBV_WC_ATOMIC_WRITE,
+        WcOpcode::Flush => IBV_WC_FLUSH,
+        // libibverbs has no REG_MR work request, so a C program never
+        // sees this completion; the number is where the kernel's
+        // ib_wc_opcode puts IB_WC_REG_MR (after IB_WC_ATOMIC_WRITE, 9;
+        // not checked against the header).
+        WcOpcode::RegMr => 10,
         WcOpcode::Recv => IBV_WC_RECV,
         WcOpcode::RecvRdmaWithImm => IBV_WC_RECV_RDMA_WITH_IMM,
     };
@@ -61,6 +70,10 @@ pub struct CSendWr<'a> {
     pub imm_data: u32,
     pub wr: [u64; 4],
     pub sges: &'a [ibv_sge],
+    /// `IBV_WR_BIND_MW`: the bind, its `ibv_mw` and `ibv_mr` pointers
+    /// resolved by the caller (`crate::mw::bind_of`); `None` if they are
+    /// not live objects of ours.
+    pub mw: Option<MwBind>,
 }
 
 /// Why a work request was refused before reaching the QP.
@@ -70,6 +83,8 @@ pub enum WrError {
     Opcode,
     /// A UD send whose AH is not a live AH of ours.
     BadAh,
+    /// A BIND_MW whose window or region is not a live one of ours.
+    BadMw,
 }
 
 /// An `ibv_send_wr` as an rxe [`SendWr`]. `inline` gives the bytes of the
@@ -113,11 +128,32 @@ pub fn send_wr_from_c(
             add: w.wr[1],
             rkey: rkey32(w.wr[3]),
         },
+        // The 8 bytes come from the SGE (or inline).
+        IBV_WR_ATOMIC_WRITE => SendOp::AtomicWrite {
+            remote_addr: w.wr[0],
+            rkey: rkey32(w.wr[1]),
+        },
+        IBV_WR_BIND_MW => SendOp::BindMw(w.mw.ok_or(WrError::BadMw)?),
+        // invalidate_rkey is host order, in imm_data's place.
+        IBV_WR_LOCAL_INV => SendOp::LocalInv { key: w.imm_data },
         _ => return Err(WrError::Opcode),
     };
-    // Inline applies to sends and writes; READ and atomics need their SGE
-    // as the place the answer lands.
-    let data = if w.send_flags & IBV_SEND_INLINE != 0 && !op.is_read_or_atomic() {
+    if op.is_local() {
+        // Local operations carry no data (their SGEs are ignored) and no
+        // destination.
+        return Ok(SendWr {
+            wr_id: w.wr_id,
+            op,
+            data: SendData::Sges(Vec::new()),
+            signaled: w.send_flags & IBV_SEND_SIGNALED != 0,
+            fence: w.send_flags & IBV_SEND_FENCE != 0,
+            solicited: false,
+            ud: None,
+        });
+    }
+    // Inline applies to sends, writes and ATOMIC WRITE; READ and atomics
+    // need their SGE as the place the answer lands.
+    let data = if w.send_flags & IBV_SEND_INLINE != 0 && !op.writes_locally() {
         SendData::Inline(inline(w.sges))
     } else {
         SendData::Sges(
@@ -352,6 +388,7 @@ mod tests {
             imm_data: u32::from_ne_bytes([0, 0, 0, 5]),
             wr: w,
             sges,
+            mw: None,
         }
     }
 
@@ -446,6 +483,8 @@ mod tests {
         )
         .unwrap();
         assert!(matches!(r.data, SendData::Sges(_)));
+        // BIND_MW needs its window and region resolved; LOCAL_INV takes
+        // invalidate_rkey from imm_data's place; neither carries data.
         assert_eq!(
             send_wr_from_c(
                 &wr(IBV_WR_BIND_MW, 0, [0; 4], &sge),
@@ -453,6 +492,49 @@ mod tests {
                 |_| vec![],
                 no_ah
             ),
+            Err(WrError::BadMw)
+        );
+        let bind = MwBind {
+            mw_rkey: 0x8000_0001,
+            new_rkey: 0x8000_0002,
+            mr_lkey: 0x100,
+            addr: 0x1000,
+            length: 64,
+            access: AccessFlags::REMOTE_WRITE,
+            verb: false,
+        };
+        let b = send_wr_from_c(
+            &CSendWr {
+                mw: Some(bind),
+                ..wr(IBV_WR_BIND_MW, IBV_SEND_SIGNALED, [0; 4], &sge)
+            },
+            true,
+            |_| vec![],
+            no_ah,
+        )
+        .unwrap();
+        assert_eq!(
+            (b.op, b.data, b.signaled, b.ud),
+            (SendOp::BindMw(bind), SendData::Sges(vec![]), true, None)
+        );
+        let l = send_wr_from_c(
+            &wr(IBV_WR_LOCAL_INV, IBV_SEND_INLINE, [0; 4], &sge),
+            false,
+            |_| vec![1],
+            no_ah,
+        )
+        .unwrap();
+        assert_eq!(
+            (l.op, l.data),
+            (
+                SendOp::LocalInv {
+                    key: u32::from_ne_bytes([0, 0, 0, 5])
+                },
+                SendData::Sges(vec![])
+            )
+        );
+        assert_eq!(
+            send_wr_from_c(&wr(12, 0, [0; 4], &sge), false, |_| vec![], no_ah),
             Err(WrError::Opcode)
         );
         assert_eq!(

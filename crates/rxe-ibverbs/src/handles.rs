@@ -10,6 +10,7 @@ pub enum Kind {
     Context,
     Pd,
     Mr,
+    Mw,
     Cq,
     Channel,
     Qp,

@@ -43,6 +43,7 @@ pub mod foreign;
 mod handles;
 pub mod log;
 pub mod mr;
+pub mod mw;
 pub mod newer;
 pub mod pd;
 pub mod qp;

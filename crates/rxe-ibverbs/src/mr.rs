@@ -25,8 +25,8 @@ pub struct Mr {
 /// The access rights of `ibv_reg_mr(3)` flags. Bits in
 /// `IBV_ACCESS_OPTIONAL_RANGE` (relaxed ordering, ...) may be ignored by
 /// definition; on-demand paging is refused (rxe has no page faults to
-/// serve); MW_BIND is accepted and has no effect (rxe has no memory
-/// windows); anything unknown is EINVAL.
+/// serve); MW_BIND lets memory windows be bound to the region; anything
+/// unknown is EINVAL.
 pub fn access_of(flags: u32) -> Result<(AccessFlags, bool), c_int> {
     let f = flags & !IBV_ACCESS_OPTIONAL_RANGE;
     if f & IBV_ACCESS_ON_DEMAND != 0 {
@@ -37,14 +37,13 @@ pub fn access_of(flags: u32) -> Result<(AccessFlags, bool), c_int> {
         | IBV_ACCESS_REMOTE_READ
         | IBV_ACCESS_REMOTE_ATOMIC
         | IBV_ACCESS_MW_BIND
-        | IBV_ACCESS_ZERO_BASED;
+        | IBV_ACCESS_ZERO_BASED
+        | IBV_ACCESS_FLUSH_GLOBAL
+        | IBV_ACCESS_FLUSH_PERSISTENT;
     if f & !known != 0 {
         return Err(libc::EINVAL);
     }
-    Ok((
-        AccessFlags::from_bits_truncate(f & 0xf),
-        f & IBV_ACCESS_ZERO_BASED != 0,
-    ))
+    Ok((AccessFlags::from_mr_bits(f), f & IBV_ACCESS_ZERO_BASED != 0))
 }
 
 fn reg(
@@ -157,7 +156,11 @@ mod tests {
         assert_eq!(a, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE);
         assert!(!z);
         assert_eq!(access_of(IBV_ACCESS_ON_DEMAND), Err(libc::EOPNOTSUPP));
-        assert_eq!(access_of(1 << 8), Err(libc::EINVAL));
+        assert_eq!(access_of(1 << 10), Err(libc::EINVAL));
+        // The FLUSH rights and MW_BIND are kept (rxe-verbs refuses
+        // FLUSH_PERSISTENT: no rxe region is persistent).
+        let (f, _) = access_of(IBV_ACCESS_FLUSH_GLOBAL | IBV_ACCESS_MW_BIND).unwrap();
+        assert_eq!(f, AccessFlags::FLUSH_GLOBAL | AccessFlags::MW_BIND);
         assert!(access_of(IBV_ACCESS_ZERO_BASED).unwrap().1);
     }
 }

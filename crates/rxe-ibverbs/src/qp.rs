@@ -313,6 +313,18 @@ callback! {fn post_send(qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad_wr: *mut *mut
             refused = Some(cur);
             break;
         };
+        let mw = (w.opcode == IBV_WR_BIND_MW).then(|| {
+            // bind_mw: the ibv_mw pointer, the new rkey, then the
+            // ibv_mw_bind_info (offsets 80, 88, 96).
+            let b = &w.bind_mw;
+            let info = ibv_mw_bind_info {
+                mr: b[2] as usize as *mut ibv_mr,
+                addr: b[3],
+                length: b[4],
+                mw_access_flags: b[5] as u32,
+            };
+            crate::mw::bind_of(b[0] as usize as *const ibv_mw, b[1] as u32, &info)
+        });
         let c = CSendWr {
             wr_id: w.wr_id,
             opcode: w.opcode,
@@ -320,6 +332,7 @@ callback! {fn post_send(qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad_wr: *mut *mut
             imm_data: w.imm_data,
             wr: w.wr.0,
             sges: list,
+            mw: mw.flatten(),
         };
         let inline = |s: &[ibv_sge]| {
             let mut v = Vec::new();

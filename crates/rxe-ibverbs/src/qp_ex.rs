@@ -21,10 +21,11 @@ use crate::qp::Qp;
 /// `ibv_qp_init_attr_mask` bits rxe takes.
 const IBV_QP_INIT_ATTR_CREATE_FLAGS: u32 = 1 << 2;
 const IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;
-/// `ibv_qp_create_send_ops_flags` rxe has: the opcodes of
-/// [`crate::conv::send_wr_from_c`] (kernel rxe's set, without memory
-/// windows, local invalidate and atomic write).
-const SEND_OPS: u64 = 1 | 2 | 4 | 8 | 16 | 32 | 64 | 512;
+/// `ibv_qp_create_send_ops_flags` rxe has: RDMA_WRITE(_WITH_IMM),
+/// SEND(_WITH_IMM), RDMA_READ, the two atomics, LOCAL_INV (128), BIND_MW
+/// (256), SEND_WITH_INV (512), FLUSH (1 << 11, rdma-core after v44, in
+/// the gap v44 leaves) and ATOMIC_WRITE (1 << 12): kernel rxe's set.
+const SEND_OPS: u64 = 1 | 2 | 4 | 8 | 16 | 32 | 64 | 128 | 256 | 512 | 1 << 11 | 1 << 12;
 
 /// The requests of one `wr_start` .. `wr_complete`.
 #[derive(Debug, Default)]
@@ -208,6 +209,55 @@ callback! {fn wr_set_ud_addr(qp: *mut ibv_qp_ex, ah: *mut ibv_ah, remote_qpn: u3
     })
 }}
 
+callback! {fn wr_bind_mw(qp: *mut ibv_qp_ex, mw: *mut ibv_mw, rkey: u32, bind_info: *const ibv_mw_bind_info) -> (), fail = (), {
+    let bind = if bind_info.is_null() {
+        None
+    } else {
+        // SAFETY: the caller's ibv_mw_bind_info, read now.
+        crate::mw::bind_of(mw, rkey, unsafe { &*bind_info })
+    };
+    match bind {
+        Some(b) => start(qp, SendOp::BindMw(b)),
+        None => with_batch(qp, |_, b| {
+            b.err.get_or_insert(libc::EINVAL);
+        }),
+    }
+}}
+
+callback! {fn wr_local_inv(qp: *mut ibv_qp_ex, invalidate_rkey: u32) -> (), fail = (), {
+    start(qp, SendOp::LocalInv { key: invalidate_rkey })
+}}
+
+callback! {fn wr_atomic_write(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64, atomic_wr: *const c_void) -> (), fail = (), {
+    if atomic_wr.is_null() {
+        return with_batch(qp, |_, b| {
+            b.err.get_or_insert(libc::EINVAL);
+        });
+    }
+    let mut v = Vec::new();
+    // SAFETY: ibv_wr_atomic_write(3): atomic_wr points to the 8 bytes to
+    // write, read now.
+    unsafe { crate::foreign::copy_in(atomic_wr as usize as u64, 8, &mut v) };
+    start(qp, SendOp::AtomicWrite { remote_addr, rkey });
+    last(qp, |w| {
+        w.data = SendData::Inline(v);
+        Ok(())
+    })
+}}
+
+// ibv_wr_flush(qp, rkey, remote_addr, len, type, level) of rdma-core after
+// v44: `type` is the FETH placement type (IBV_FLUSH_GLOBAL 1,
+// IBV_FLUSH_PERSISTENT 2), `level` its selectivity (IBV_FLUSH_RANGE 0,
+// IBV_FLUSH_MR 1).
+callback! {fn wr_flush(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64, len: usize, placement: u8, level: u8) -> (), fail = (), {
+    match u32::try_from(len) {
+        Ok(len) => start(qp, SendOp::Flush { remote_addr, rkey, len, placement, selectivity: level }),
+        Err(_) => with_batch(qp, |_, b| {
+            b.err.get_or_insert(libc::EINVAL);
+        }),
+    }
+}}
+
 /// An op rxe does not have: the batch fails at wr_complete.
 fn unsupported(qp: *mut ibv_qp_ex) {
     with_batch(qp, |_, b| {
@@ -221,16 +271,15 @@ callback! {fn wr_unsupported(qp: *mut ibv_qp_ex) -> (), fail = (), {
 
 /// The function pointers of an extended QP (`ibv_qp_ex`, 184..360).
 pub fn ops() -> [*mut c_void; 22] {
-    // Memory windows, local invalidate, TSO, XRC, atomic write and flush
-    // have no rxe opcode; their slots fail the batch with EOPNOTSUPP (the
+    // TSO and XRC have no rxe opcode; their slots fail the batch with EOPNOTSUPP (the
     // extra arguments of those slots are ignored, which the C calling
     // convention allows).
     let none = wr_unsupported as *mut c_void;
     [
         wr_atomic_cmp_swp as *mut c_void,
         wr_atomic_fetch_add as *mut c_void,
-        none, // wr_bind_mw
-        none, // wr_local_inv
+        wr_bind_mw as *mut c_void,
+        wr_local_inv as *mut c_void,
         wr_rdma_read as *mut c_void,
         wr_rdma_write as *mut c_void,
         wr_rdma_write_imm as *mut c_void,
@@ -247,8 +296,8 @@ pub fn ops() -> [*mut c_void; 22] {
         wr_start as *mut c_void,
         wr_complete as *mut c_void,
         wr_abort as *mut c_void,
-        none, // wr_atomic_write
-        none, // wr_flush
+        wr_atomic_write as *mut c_void,
+        wr_flush as *mut c_void,
     ]
 }
 

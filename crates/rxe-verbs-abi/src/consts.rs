@@ -8,6 +8,12 @@ pub const IBV_WC_RDMA_WRITE: u32 = 1;
 pub const IBV_WC_RDMA_READ: u32 = 2;
 pub const IBV_WC_COMP_SWAP: u32 = 3;
 pub const IBV_WC_FETCH_ADD: u32 = 4;
+pub const IBV_WC_BIND_MW: u32 = 5;
+pub const IBV_WC_LOCAL_INV: u32 = 6;
+/// rdma-core after v44 (v44 leaves 8 free for it, as the kernel's
+/// `IB_UVERBS_WC_FLUSH`).
+pub const IBV_WC_FLUSH: u32 = 8;
+pub const IBV_WC_ATOMIC_WRITE: u32 = 9;
 pub const IBV_WC_RECV: u32 = 128;
 pub const IBV_WC_RECV_RDMA_WITH_IMM: u32 = 129;
 
@@ -20,6 +26,7 @@ pub const IBV_WR_ATOMIC_CMP_AND_SWP: u32 = 5;
 pub const IBV_WR_ATOMIC_FETCH_AND_ADD: u32 = 6;
 pub const IBV_WR_LOCAL_INV: u32 = 7;
 pub const IBV_WR_BIND_MW: u32 = 8;
+pub const IBV_WR_ATOMIC_WRITE: u32 = 15;
 pub const IBV_WR_SEND_WITH_INV: u32 = 9;
 
 pub const IBV_SEND_FENCE: u32 = 1;
@@ -31,6 +38,8 @@ pub const IBV_WC_GRH: u32 = 1;
 pub const IBV_WC_WITH_IMM: u32 = 2;
 pub const IBV_WC_WITH_INV: u32 = 8;
 
+pub const IBV_MW_TYPE_1: u32 = 1;
+pub const IBV_MW_TYPE_2: u32 = 2;
 pub const IBV_ACCESS_LOCAL_WRITE: u32 = 1;
 pub const IBV_ACCESS_REMOTE_WRITE: u32 = 2;
 pub const IBV_ACCESS_REMOTE_READ: u32 = 4;
@@ -39,6 +48,9 @@ pub const IBV_ACCESS_MW_BIND: u32 = 16;
 pub const IBV_ACCESS_ZERO_BASED: u32 = 32;
 pub const IBV_ACCESS_ON_DEMAND: u32 = 64;
 pub const IBV_ACCESS_RELAXED_ORDERING: u32 = 1 << 20;
+/// rdma-core after v44.
+pub const IBV_ACCESS_FLUSH_GLOBAL: u32 = 1 << 8;
+pub const IBV_ACCESS_FLUSH_PERSISTENT: u32 = 1 << 9;
 /// Bits a provider may ignore (`IBV_ACCESS_OPTIONAL_RANGE`).
 pub const IBV_ACCESS_OPTIONAL_RANGE: u32 = 0x3ff0_0000;
 

@@ -115,6 +115,36 @@ pub struct ibv_mr {
     pub rkey: u32,
 }
 
+/// `struct ibv_mw`.
+#[repr(C)]
+pub struct ibv_mw {
+    pub context: *mut ibv_context,
+    pub pd: *mut ibv_pd,
+    pub rkey: u32,
+    pub handle: u32,
+    /// `enum ibv_mw_type`: `IBV_MW_TYPE_1` or `IBV_MW_TYPE_2`.
+    pub mw_type: u32,
+}
+
+/// `struct ibv_mw_bind_info`: also the `bind_info` of a BIND_MW
+/// `ibv_send_wr` (at offset 96) and of `ibv_wr_bind_mw`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_mw_bind_info {
+    pub mr: *mut ibv_mr,
+    pub addr: u64,
+    pub length: u64,
+    pub mw_access_flags: u32,
+}
+
+/// `struct ibv_mw_bind` of `ibv_bind_mw`.
+#[repr(C)]
+pub struct ibv_mw_bind {
+    pub wr_id: u64,
+    pub send_flags: u32,
+    pub bind_info: ibv_mw_bind_info,
+}
+
 #[repr(C)]
 pub struct ibv_ah {
     pub context: *mut ibv_context,
@@ -537,6 +567,18 @@ pub const CHECKED_LAYOUT: &[(&str, &str, usize)] = &[
     ("ibv_mr", "handle", 32),
     ("ibv_mr", "lkey", 36),
     ("ibv_mr", "rkey", 40),
+    ("ibv_mw", "", 32),
+    ("ibv_mw", "pd", 8),
+    ("ibv_mw", "rkey", 16),
+    ("ibv_mw", "handle", 20),
+    ("ibv_mw", "type", 24),
+    ("ibv_mw_bind_info", "", 32),
+    ("ibv_mw_bind_info", "addr", 8),
+    ("ibv_mw_bind_info", "length", 16),
+    ("ibv_mw_bind_info", "mw_access_flags", 24),
+    ("ibv_mw_bind", "", 48),
+    ("ibv_mw_bind", "send_flags", 8),
+    ("ibv_mw_bind", "bind_info", 16),
     ("ibv_ah", "", 24),
     ("ibv_ah", "handle", 16),
     ("ibv_comp_channel", "", 16),
@@ -739,6 +781,16 @@ layout!(
     lkey = 36,
     rkey = 40
 );
+layout!(ibv_mw, 32, pd = 8, rkey = 16, handle = 20, mw_type = 24);
+layout!(
+    ibv_mw_bind_info,
+    32,
+    mr = 0,
+    addr = 8,
+    length = 16,
+    mw_access_flags = 24
+);
+layout!(ibv_mw_bind, 48, wr_id = 0, send_flags = 8, bind_info = 16);
 layout!(ibv_ah, 24, pd = 8, handle = 16);
 layout!(ibv_comp_channel, 16, fd = 8, refcnt = 12);
 layout!(

@@ -26,9 +26,12 @@ pub mod device_cap {
     pub const SRQ_RESIZE: u32 = 1 << 13;
     pub const N_NOTIFY_CQ: u32 = 1 << 14;
     pub const MEM_MGT_EXTENSIONS: u32 = 1 << 21;
+    pub const MEM_WINDOW: u32 = 1 << 17;
+    pub const MEM_WINDOW_TYPE_2A: u32 = 1 << 23;
+    pub const MEM_WINDOW_TYPE_2B: u32 = 1 << 24;
 
     /// Name of each flag, for `rxe info -v`.
-    pub const NAMES: [(u32, &str); 8] = [
+    pub const NAMES: [(u32, &str); 11] = [
         (BAD_PKEY_CNTR, "BAD_PKEY_CNTR"),
         (BAD_QKEY_CNTR, "BAD_QKEY_CNTR"),
         (SHUTDOWN_PORT, "SHUTDOWN_PORT"),
@@ -37,6 +40,9 @@ pub mod device_cap {
         (SRQ_RESIZE, "SRQ_RESIZE"),
         (N_NOTIFY_CQ, "N_NOTIFY_CQ"),
         (MEM_MGT_EXTENSIONS, "MEM_MGT_EXTENSIONS"),
+        (MEM_WINDOW, "MEM_WINDOW"),
+        (MEM_WINDOW_TYPE_2A, "MEM_WINDOW_TYPE_2A"),
+        (MEM_WINDOW_TYPE_2B, "MEM_WINDOW_TYPE_2B"),
     ];
 }
 
@@ -60,6 +66,8 @@ pub struct DeviceAttr {
     pub max_cq: u32,
     pub max_cqe: u32,
     pub max_mr: u32,
+    /// Memory windows (`ibv_alloc_mw`).
+    pub max_mw: u32,
     pub max_pd: u32,
     /// Incoming READ/atomic requests one QP serves at once
     /// (`max_dest_rd_atomic` upper bound).
@@ -108,12 +116,17 @@ impl DeviceAttr {
                 | device_cap::SYS_IMAGE_GUID
                 | device_cap::RC_RNR_NAK_GEN
                 | device_cap::SRQ_RESIZE
-                | device_cap::N_NOTIFY_CQ,
+                | device_cap::N_NOTIFY_CQ
+                | device_cap::MEM_WINDOW
+                | device_cap::MEM_WINDOW_TYPE_2A
+                | device_cap::MEM_WINDOW_TYPE_2B,
             max_sge: 32,
             max_sge_rd: 32,
             max_cq: 0x4000,
             max_cqe: (1 << 15) - 1,
             max_mr: 0x4_0000,
+            // Kernel rxe's limit too.
+            max_mw: 0x1_0000,
             max_pd: 0x7ffc,
             max_qp_rd_atom: 128,
             max_qp_init_rd_atom: 128,

@@ -13,6 +13,7 @@ pub enum ObjectKind {
     Cq,
     Qp,
     Srq,
+    Mw,
 }
 
 impl std::fmt::Display for ObjectKind {
@@ -24,6 +25,7 @@ impl std::fmt::Display for ObjectKind {
             ObjectKind::Cq => "CQ",
             ObjectKind::Qp => "QP",
             ObjectKind::Srq => "SRQ",
+            ObjectKind::Mw => "MW",
         })
     }
 }

@@ -41,8 +41,10 @@ pub mod device;
 mod engine;
 pub mod error;
 pub mod event;
+pub mod fast_reg;
 pub mod mr;
 mod mr_table;
+pub mod mw;
 pub mod pd;
 pub mod qp;
 mod registry;
@@ -60,14 +62,16 @@ pub use cq::{Cq, NotifyKind};
 pub use device::{Device, DeviceConfig, Target, PORT};
 pub use error::{ObjectKind, Result, VerbsError};
 pub use event::AsyncEvent;
+pub use fast_reg::FastRegMr;
 pub use mr::Mr;
+pub use mw::Mw;
 pub use pd::Pd;
 pub use qp::{Qp, QpCap, QpInfo, QpInitAttr};
 pub use registry::{device_by_name, devices};
 pub use srq::{Srq, SrqInitAttr};
 
 pub use rxe_core::transport::{
-    AccessFlags, AddressVector, AttrMask, MigState, PathMtu, PostError, Psn, QpAttr, QpState,
-    QpType, RecvWr, SendData, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion,
-    WorkQueue,
+    AccessFlags, AddressVector, AttrMask, MigState, MwBind, MwType, PathMtu, PostError, Psn,
+    QpAttr, QpState, QpType, RecvWr, RegMr, SendData, SendOp, SendWr, Sge, UdDest, WcOpcode,
+    WcStatus, WorkCompletion, WorkQueue,
 };

@@ -87,6 +87,14 @@ impl Pd {
                 "remote write or atomic access needs LOCAL_WRITE too".into(),
             ));
         }
+        // FLUSH to persistence needs persistent memory behind the region
+        // (kernel rxe allows FLUSH_PERSISTENT only on pmem); rxe's regions
+        // are ordinary host memory.
+        if access.contains(AccessFlags::FLUSH_PERSISTENT) {
+            return Err(VerbsError::InvalidArgument(
+                "FLUSH_PERSISTENT: rxe's memory is not persistent".into(),
+            ));
+        }
         let va = iova.unwrap_or_else(|| buf.base_addr());
         let mut e = self.dev.lock();
         let max = self.dev.max().max_mr;
@@ -244,6 +252,15 @@ impl Mr {
     fn unregister(&self) -> Result<()> {
         self.check_live()?;
         let mut e = self.pd.dev.lock();
+        // Kernel rxe refuses to deregister a region with windows bound.
+        let windows = e.mem.windows().windows_on(self.shared.info.key);
+        if windows > 0 {
+            return Err(VerbsError::Busy {
+                kind: ObjectKind::Mr,
+                users: windows,
+                what: "memory windows are bound to it",
+            });
+        }
         if e.mem.deregister(self.shared.info.key).is_none()
             || !self.shared.registered.swap(false, Ordering::AcqRel)
         {

@@ -10,8 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
 use rxe_core::transport::{
-    atomic_by_copy, validate, validate_invalidate, AccessFlags, AtomicOp, Key, KeyTable, MemError,
-    MemoryAccess, Region, RegionInfo,
+    atomic_by_copy, is_window_key, validate, validate_fast_reg, validate_invalidate,
+    validate_local_invalidate, AccessFlags, AtomicOp, Key, KeyTable, MemError, MemoryAccess,
+    MwBind, QpRef, RegMr, Region, RegionInfo, WindowTable,
 };
 
 use crate::shared_buffer::RegionBytes;
@@ -29,10 +30,12 @@ pub(crate) struct MrShared {
     pub registered: AtomicBool,
 }
 
-/// Registered regions by key.
+/// Registered regions by key, and the memory windows over them (their
+/// keys in an index range of their own: rxe-core's `window` module).
 #[derive(Debug, Default)]
 pub(crate) struct MrTable {
     regions: KeyTable<Arc<MrShared>>,
+    windows: WindowTable,
 }
 
 impl MrTable {
@@ -85,14 +88,56 @@ impl MrTable {
         Ok(self.regions.get(key).expect("just inserted").clone())
     }
 
+    /// The region in `key`'s slot whatever its key portion (a fast-
+    /// registered region's key changes at every registration).
+    pub fn by_index(&self, key: Key) -> Option<&Arc<MrShared>> {
+        self.regions.by_index(key).map(|(_, mr)| mr)
+    }
+
     /// The live region that `key` names exactly (index and key portion).
     pub fn get(&self, key: Key) -> Option<&Arc<MrShared>> {
         self.regions.get(key)
     }
 
     /// Removes the region that `key` names; afterwards the key fails.
+    /// Refused while memory windows are bound to it (the caller checks
+    /// [`MrTable::windows`]`.windows_on`).
     pub fn deregister(&mut self, key: Key) -> Option<Arc<MrShared>> {
+        if self.windows.windows_on(key) > 0 {
+            return None;
+        }
         self.regions.remove(key)
+    }
+
+    /// The memory windows.
+    pub fn windows(&self) -> &WindowTable {
+        &self.windows
+    }
+
+    pub fn windows_mut(&mut self) -> &mut WindowTable {
+        &mut self.windows
+    }
+
+    /// Invalidates the region `key` names if `rule` allows it and no
+    /// window is bound to it (kernel rxe moves the MR to its "free" state
+    /// the same way).
+    fn invalidate_region(
+        &mut self,
+        key: Key,
+        pd: u32,
+        rule: fn(&RegionInfo, Key, u32) -> Result<(), MemError>,
+    ) -> Result<(), MemError> {
+        let (_, mr) = self
+            .regions
+            .by_index(key)
+            .filter(|(_, mr)| mr.valid.load(Relaxed))
+            .ok_or(MemError::InvalidKey { key })?;
+        rule(&mr.info, key, pd)?;
+        if self.windows.windows_on(key) > 0 {
+            return Err(MemError::Busy { key });
+        }
+        mr.valid.store(false, Relaxed);
+        Ok(())
     }
 
     fn region(&self, key: Key) -> Result<&Arc<MrShared>, MemError> {
@@ -103,18 +148,75 @@ impl MrTable {
 impl MemoryAccess for MrTable {
     /// SEND with Invalidate: the region that `rkey` names, if
     /// [`validate_invalidate`] allows it, stops answering to any key,
-    /// locally or remotely, until its owner deregisters it (kernel rxe moves
-    /// the MR to its "free" state the same way). The responder calls this
-    /// before it makes the receive completion.
-    fn invalidate(&mut self, rkey: Key, pd: u32) -> Result<(), MemError> {
-        let (_, mr) = self
+    /// locally or remotely, until its owner deregisters it; a type 2
+    /// window becomes free. The responder calls this before it makes the
+    /// receive completion.
+    fn invalidate(&mut self, rkey: Key, qp: QpRef) -> Result<(), MemError> {
+        if is_window_key(rkey) {
+            return self.windows.invalidate(rkey, qp, true);
+        }
+        self.invalidate_region(rkey, qp.pd, validate_invalidate)
+    }
+
+    fn local_invalidate(&mut self, key: Key, qp: QpRef) -> Result<(), MemError> {
+        if is_window_key(key) {
+            return self.windows.invalidate(key, qp, false);
+        }
+        self.invalidate_region(key, qp.pd, validate_local_invalidate)
+    }
+
+    /// REG_MR: the region gets its new key, address, length and rights
+    /// (a new description over the same bytes) and answers to accesses.
+    fn reg_mr(&mut self, req: &RegMr, qp: QpRef) -> Result<Key, MemError> {
+        let key = Key::new(req.key);
+        let mr = self
             .regions
-            .by_index(rkey)
-            .filter(|(_, mr)| mr.valid.load(Relaxed))
-            .ok_or(MemError::InvalidKey { key: rkey })?;
-        validate_invalidate(&mr.info, rkey, pd)?;
-        mr.valid.store(false, Relaxed);
-        Ok(())
+            .by_index(key)
+            .map(|(_, mr)| mr.clone())
+            .filter(|mr| mr.registered.load(Relaxed))
+            .ok_or(MemError::InvalidKey { key })?;
+        let info = validate_fast_reg(&mr.info, mr.valid.load(Relaxed), mr.buf.len(), req, qp.pd)?;
+        let new = self
+            .regions
+            .rekey(key, info.key.key())
+            .ok_or(MemError::InvalidKey { key })?;
+        if let Some(e) = self.regions.get_mut(new) {
+            *e = Arc::new(MrShared {
+                info,
+                buf: mr.buf.clone(),
+                valid: AtomicBool::new(true),
+                registered: AtomicBool::new(true),
+            });
+        }
+        Ok(new)
+    }
+
+    fn bind_mw(&mut self, bind: &MwBind, qp: QpRef) -> Result<Key, MemError> {
+        let region = self
+            .regions
+            .get(Key::new(bind.mr_lkey))
+            .filter(|mr| mr.valid.load(Relaxed) && mr.registered.load(Relaxed))
+            .map(|mr| mr.info);
+        Ok(self.windows.bind(bind, qp, region.as_ref())?)
+    }
+
+    fn check_remote(
+        &self,
+        key: Key,
+        qp: QpRef,
+        needed: AccessFlags,
+        va: u64,
+        len: usize,
+    ) -> Result<Region, MemError> {
+        if !is_window_key(key) {
+            return self.check(key, qp.pd, true, needed, va, len);
+        }
+        self.windows.check_remote(key, qp, needed, va, len, |mr| {
+            self.regions
+                .get(mr)
+                .filter(|m| m.valid.load(Relaxed))
+                .map(|m| &m.info)
+        })
     }
 
     fn check(
@@ -167,8 +269,18 @@ impl MemoryAccess for MrTable {
     /// Remote atomics on a whole aligned word are real atomic operations on
     /// the shared buffer, so they are atomic with respect to the
     /// application's own atomics on the same word ([`crate::Mr::fetch_add`]).
-    fn atomic(&mut self, rkey: Key, pd: u32, va: u64, op: AtomicOp) -> Result<u64, MemError> {
-        let region = self.check(rkey, pd, true, AccessFlags::REMOTE_ATOMIC, va, 8)?;
+    fn check_whole(&self, key: Key, qp: QpRef, needed: AccessFlags) -> Result<Region, MemError> {
+        let start = if is_window_key(key) {
+            self.windows.start_of(key)
+        } else {
+            self.regions.by_index(key).map(|(_, mr)| mr.info.va)
+        };
+        let va = start.ok_or(MemError::InvalidKey { key })?;
+        self.check_remote(key, qp, needed, va, 0)
+    }
+
+    fn atomic(&mut self, rkey: Key, qp: QpRef, va: u64, op: AtomicOp) -> Result<u64, MemError> {
+        let region = self.check_remote(rkey, qp, AccessFlags::REMOTE_ATOMIC, va, 8)?;
         if va % 8 != 0 {
             return Err(MemError::Misaligned { va });
         }
@@ -196,6 +308,10 @@ impl MemoryAccess for MrTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn q(pd: u32) -> QpRef {
+        QpRef { pd, qpn: 0x11 }
+    }
 
     fn all() -> AccessFlags {
         AccessFlags::LOCAL_WRITE
@@ -277,13 +393,13 @@ mod tests {
         assert!(t.write(&r, 1, &[0; 16]).is_err(), "past the checked range");
         m.buf.write(32, &10u64.to_ne_bytes()).unwrap();
         assert_eq!(
-            t.atomic(k, 1, 0x8020, AtomicOp::FetchAdd { add: 5 }),
+            t.atomic(k, q(1), 0x8020, AtomicOp::FetchAdd { add: 5 }),
             Ok(10)
         );
         assert_eq!(
             t.atomic(
                 k,
-                1,
+                q(1),
                 0x8020,
                 AtomicOp::CmpSwap {
                     compare: 15,
@@ -294,12 +410,12 @@ mod tests {
         );
         assert_eq!(m.buf.word(32).unwrap().load(Relaxed), 1);
         assert!(matches!(
-            t.atomic(k, 1, 0x8021, AtomicOp::FetchAdd { add: 1 }),
+            t.atomic(k, q(1), 0x8021, AtomicOp::FetchAdd { add: 1 }),
             Err(MemError::Misaligned { .. })
         ));
         // An ordinary region cannot be invalidated remotely.
         assert_eq!(
-            t.invalidate(k, 1),
+            t.invalidate(k, q(1)),
             Err(MemError::NotInvalidatable { key: k })
         );
         assert!(t
@@ -315,18 +431,18 @@ mod tests {
             .unwrap();
         let k = m.info.key;
         // The same PD and the current key portion, then no key works.
-        assert_eq!(t.invalidate(k, 2), Err(MemError::PdMismatch));
+        assert_eq!(t.invalidate(k, q(2)), Err(MemError::PdMismatch));
         assert_eq!(
-            t.invalidate(k.inc(), 1),
+            t.invalidate(k.inc(), q(1)),
             Err(MemError::KeyMismatch { key: k.inc() })
         );
-        assert_eq!(t.invalidate(k, 1), Ok(()));
+        assert_eq!(t.invalidate(k, q(1)), Ok(()));
         assert!(!m.valid.load(Relaxed));
         assert!(matches!(
             t.check(k, 1, false, AccessFlags::empty(), 0x8000, 1),
             Err(MemError::InvalidKey { .. })
         ));
-        assert!(t.invalidate(k, 1).is_err(), "invalidated once");
+        assert!(t.invalidate(k, q(1)).is_err(), "invalidated once");
     }
 
     #[test]
@@ -339,7 +455,7 @@ mod tests {
         m.buf.write(4, &40u64.to_ne_bytes()).unwrap();
         assert!(m.buf.word(4).is_none());
         assert_eq!(
-            t.atomic(m.info.key, 1, 0x9008, AtomicOp::FetchAdd { add: 2 }),
+            t.atomic(m.info.key, q(1), 0x9008, AtomicOp::FetchAdd { add: 2 }),
             Ok(40)
         );
         let mut b = [0u8; 8];
@@ -366,7 +482,7 @@ mod tests {
             Err(MemError::InvalidKey { .. })
         ));
         assert!(
-            t.invalidate(m.info.key, 1).is_err(),
+            t.invalidate(m.info.key, q(1)).is_err(),
             "nothing to invalidate remotely"
         );
     }

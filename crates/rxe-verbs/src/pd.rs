@@ -87,7 +87,7 @@ impl Pd {
         }
     }
 
-    /// `ibv_dealloc_pd`: refused with [`VerbsError::Busy`] while MRs, QPs,
+    /// `ibv_dealloc_pd`: refused with [`VerbsError::Busy`] while MRs, MWs, QPs,
     /// AHs or SRQs still use the PD.
     pub fn dealloc(&self) -> Result<()> {
         self.check_live()?;
@@ -97,7 +97,7 @@ impl Pd {
             return Err(VerbsError::Busy {
                 kind: ObjectKind::Pd,
                 users,
-                what: "MRs, QPs, AHs or SRQs are allocated in it",
+                what: "MRs, MWs, QPs, AHs or SRQs are allocated in it",
             });
         }
         if self.shared.destroyed.swap(true, Ordering::AcqRel) {

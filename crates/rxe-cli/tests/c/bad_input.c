@@ -143,9 +143,10 @@ int main(void)
 	struct ibv_qp *qpx = ibv_create_qp_ex(ctx, &ix);
 	CHECK(qpx && ibv_qp_to_qp_ex(qpx), "create_qp_ex");
 	CHECK(ibv_qp_to_qp_ex(qp) == NULL, "a plain QP has no ibv_wr_*");
-	ix.send_ops_flags = IBV_QP_EX_WITH_BIND_MW;
+	/* TSO is a send op rxe does not have. */
+	ix.send_ops_flags = IBV_QP_EX_WITH_TSO;
 	errno = 0;
-	CHECK(!ibv_create_qp_ex(ctx, &ix) && errno == EOPNOTSUPP, "bind_mw send op");
+	CHECK(!ibv_create_qp_ex(ctx, &ix) && errno == EOPNOTSUPP, "tso send op");
 	if (qpx) {
 		struct ibv_qp_ex *x = ibv_qp_to_qp_ex(qpx);
 		ibv_wr_start(x);

@@ -33,6 +33,8 @@ pub enum PostError {
     MessageTooLarge { len: u64, max: u64 },
     #[error("an atomic needs exactly one 8-byte SGE and an 8-byte aligned address")]
     BadAtomic,
+    #[error("a FLUSH carries no data, a placement type (global visibility, persistence or both) and a selectivity level (range or region)")]
+    BadFlush,
     #[error("no SRQ with number {0:#x}")]
     NoSuchSrq(u32),
     #[error("the QP takes its receives from an SRQ: post them there")]

@@ -24,6 +24,9 @@ pub struct KeyTable<T> {
     slots: Vec<Slot<T>>,
     free: Vec<usize>,
     live: usize,
+    /// The index of the first slot (1 unless the table holds a range of
+    /// its own, as memory windows do).
+    first: u32,
 }
 
 impl<T> Default for KeyTable<T> {
@@ -32,6 +35,7 @@ impl<T> Default for KeyTable<T> {
             slots: Vec::new(),
             free: Vec::new(),
             live: 0,
+            first: 1,
         }
     }
 }
@@ -39,6 +43,31 @@ impl<T> Default for KeyTable<T> {
 impl<T> KeyTable<T> {
     pub fn new() -> KeyTable<T> {
         KeyTable::default()
+    }
+
+    /// A table whose keys have indexes from `first` (at least 1) up, so
+    /// that two tables never hand out the same index.
+    pub fn with_first_index(first: u32) -> KeyTable<T> {
+        KeyTable {
+            first: first.clamp(1, Key::MAX_INDEX),
+            ..KeyTable::default()
+        }
+    }
+
+    /// Changes the key portion of the entry `key` names exactly to `key`
+    /// (a memory window's bind); returns the new key.
+    pub fn rekey(&mut self, key: Key, portion: u8) -> Option<Key> {
+        let i = self.slot_of(key)?;
+        let (k, _) = self.slots.get_mut(i)?.entry.as_mut()?;
+        if *k != key {
+            return None;
+        }
+        *k = key.with_key(portion);
+        Some(*k)
+    }
+
+    fn slot_of(&self, key: Key) -> Option<usize> {
+        key.index().checked_sub(self.first).map(|i| i as usize)
     }
 
     /// How many entries the table holds.
@@ -56,7 +85,7 @@ impl<T> KeyTable<T> {
         let slot = match self.free.pop() {
             Some(s) => s,
             None => {
-                if self.slots.len() >= Key::MAX_INDEX as usize {
+                if self.slots.len() > (Key::MAX_INDEX - self.first) as usize {
                     return Err(MemError::Overflow);
                 }
                 self.slots.push(Slot {
@@ -66,9 +95,10 @@ impl<T> KeyTable<T> {
                 self.slots.len() - 1
             }
         };
+        let first = self.first;
         let s = &mut self.slots[slot];
         // The slot count is bounded by MAX_INDEX above, so this fits.
-        let key = Key::from_parts(slot as u32 + 1, s.next_key).ok_or(MemError::Overflow)?;
+        let key = Key::from_parts(slot as u32 + first, s.next_key).ok_or(MemError::Overflow)?;
         s.next_key = s.next_key.wrapping_add(1);
         s.entry = Some((key, make(key)));
         self.live += 1;
@@ -76,7 +106,7 @@ impl<T> KeyTable<T> {
     }
 
     fn slot(&self, key: Key) -> Option<&Slot<T>> {
-        self.slots.get((key.index() as usize).checked_sub(1)?)
+        self.slots.get(self.slot_of(key)?)
     }
 
     /// The entry in `key`'s slot whatever its key portion, with the key it
@@ -96,7 +126,7 @@ impl<T> KeyTable<T> {
 
     /// As [`KeyTable::get`], mutably.
     pub fn get_mut(&mut self, key: Key) -> Option<&mut T> {
-        let i = (key.index() as usize).checked_sub(1)?;
+        let i = self.slot_of(key)?;
         match self.slots.get_mut(i)?.entry.as_mut()? {
             (k, v) if *k == key => Some(v),
             _ => None,
@@ -106,7 +136,7 @@ impl<T> KeyTable<T> {
     /// Removes the entry `key` names exactly; afterwards the key fails.
     pub fn remove(&mut self, key: Key) -> Option<T> {
         self.get(key)?;
-        let i = key.index() as usize - 1;
+        let i = self.slot_of(key)?;
         let (_, v) = self.slots[i].entry.take()?;
         self.free.push(i);
         self.live -= 1;
@@ -142,6 +172,20 @@ mod tests {
         assert_eq!(t.get(c), Some(&"d"));
         assert!(t.get_mut(a).is_none());
         assert_eq!(t.len(), 2);
+    }
+
+    #[test]
+    fn a_table_of_its_own_range() {
+        let mut t = KeyTable::with_first_index(0x80_0000);
+        let a = t.insert_with(|_| 1).unwrap();
+        assert_eq!(a.index(), 0x80_0000);
+        assert_eq!(t.by_index(Key::from_parts(1, 0).unwrap()), None);
+        let b = t.rekey(a, 0x42).unwrap();
+        assert_eq!((b.index(), b.key()), (a.index(), 0x42));
+        assert_eq!(t.get(a), None, "the old key portion fails");
+        assert_eq!(t.get(b), Some(&1));
+        assert_eq!(t.rekey(a, 1), None);
+        assert_eq!(t.remove(b), Some(1));
     }
 
     #[test]

@@ -54,6 +54,7 @@
 use core::ops::Range;
 
 use super::key_table::KeyTable;
+use super::window::{is_window_key, BindError, MwBind, QpRef, WindowTable};
 use crate::transport::qp::AccessFlags;
 use crate::wire::aeth::NakCode;
 
@@ -152,16 +153,39 @@ pub enum MemError {
     /// remotely (an ordinary registered region, not a fast-registered one).
     #[error("region {key} cannot be invalidated remotely")]
     NotInvalidatable { key: Key },
+    /// A type 2B memory window used by another QP than the one that
+    /// bound it (IBTA 10.6.7.2, not checked against the text).
+    #[error("the memory window is associated with another QP")]
+    QpMismatch,
+    /// The region has memory windows bound to it: it can be neither
+    /// deregistered nor invalidated (kernel rxe refuses both).
+    #[error("memory windows are bound to region {key}")]
+    Busy { key: Key },
+    /// A memory window bind was refused.
+    #[error("bind refused: {0}")]
+    Bind(BindError),
+    /// A fast registration (REG_MR) was refused; the rule it broke.
+    #[error("fast registration refused: {0}")]
+    FastReg(&'static str),
+}
+
+impl From<BindError> for MemError {
+    fn from(e: BindError) -> MemError {
+        MemError::Bind(e)
+    }
 }
 
 impl MemError {
     /// The NAK code of the AETH that a responder sends for this error.
     pub const fn nak_code(self) -> NakCode {
         match self {
-            MemError::Misaligned { .. } | MemError::NotInvalidatable { .. } => {
-                NakCode::InvalidRequest
-            }
+            MemError::Misaligned { .. }
+            | MemError::NotInvalidatable { .. }
+            | MemError::Busy { .. }
+            | MemError::Bind(_)
+            | MemError::FastReg(_) => NakCode::InvalidRequest,
             MemError::InvalidKey { .. }
+            | MemError::QpMismatch
             | MemError::KeyMismatch { .. }
             | MemError::PdMismatch
             | MemError::AccessDenied { .. }
@@ -181,6 +205,10 @@ impl MemError {
             MemError::Misaligned { .. } => "misaligned_atomic",
             MemError::Overflow => "overflow",
             MemError::NotInvalidatable { .. } => "not_invalidatable",
+            MemError::QpMismatch => "qp_mismatch",
+            MemError::Busy { .. } => "windows_bound",
+            MemError::Bind(_) => "bind_refused",
+            MemError::FastReg(_) => "fast_reg_refused",
         }
     }
 }
@@ -353,6 +381,107 @@ pub fn validate_invalidate(info: &RegionInfo, rkey: Key, pd: u32) -> Result<(), 
     Ok(())
 }
 
+/// Checks that a LOCAL_INV work request from a QP in protection domain
+/// `pd` may invalidate `info`, the region `key`'s index names: the key is
+/// the region's current one, the PD is the QP's, and the region is a
+/// fast-registered one (kernel rxe invalidates no other kind of region;
+/// IBTA 10.6.5, not checked against the text). Windows bound to it are
+/// checked by the caller.
+pub fn validate_local_invalidate(info: &RegionInfo, key: Key, pd: u32) -> Result<(), MemError> {
+    if key.index() != info.key.index() {
+        return Err(MemError::InvalidKey { key });
+    }
+    if key.key() != info.key.key() {
+        return Err(MemError::KeyMismatch { key });
+    }
+    if pd != info.pd {
+        return Err(MemError::PdMismatch);
+    }
+    if !info.remote_invalidate {
+        return Err(MemError::NotInvalidatable { key });
+    }
+    Ok(())
+}
+
+/// A fast registration (the REG_MR work request, `IB_WR_REG_MR` in the
+/// kernel's verbs): maps a region allocated for it to `length` bytes at
+/// `iova` with `access`, under the key `new_key` (its own index, a key
+/// portion the consumer picks: `ib_update_fast_reg_key`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RegMr {
+    /// The region's current L_Key.
+    pub key: u32,
+    pub new_key: u32,
+    pub iova: u64,
+    pub length: u64,
+    pub access: AccessFlags,
+}
+
+/// Checks a fast registration of `info` (the region `req.key`'s index
+/// names, `valid` its state, `capacity` the bytes it was allocated with)
+/// for a QP of `pd`, and returns what the region becomes. The rules (kernel
+/// rxe's `rxe_reg_fast_mr` for behaviour; IBTA 10.6.3.x, memory
+/// management extensions, not checked against the text):
+///
+/// 1. the region was allocated for fast registration and is free (not
+///    registered, or invalidated since);
+/// 2. `req.key` is its current key and `req.new_key` keeps its index;
+/// 3. the QP's PD is the region's;
+/// 4. `length` fits in what the region was allocated with, and
+///    `iova + length` does not wrap;
+/// 5. remote write or atomic access needs local write (as for any region).
+pub fn validate_fast_reg(
+    info: &RegionInfo,
+    valid: bool,
+    capacity: usize,
+    req: &RegMr,
+    pd: u32,
+) -> Result<RegionInfo, MemError> {
+    let key = Key::new(req.key);
+    let new = Key::new(req.new_key);
+    if !info.remote_invalidate {
+        return Err(MemError::FastReg(
+            "the region was not allocated for fast registration",
+        ));
+    }
+    if valid {
+        return Err(MemError::FastReg(
+            "the region is registered: invalidate it first",
+        ));
+    }
+    if key != info.key {
+        return Err(MemError::KeyMismatch { key });
+    }
+    if new.index() != key.index() {
+        return Err(MemError::FastReg("the new key changes the region's index"));
+    }
+    if pd != info.pd {
+        return Err(MemError::PdMismatch);
+    }
+    let len = usize::try_from(req.length).map_err(|_| MemError::Overflow)?;
+    if len > capacity {
+        return Err(MemError::FastReg(
+            "longer than the region was allocated for",
+        ));
+    }
+    req.iova.checked_add(req.length).ok_or(MemError::Overflow)?;
+    let a = req.access;
+    if (a.contains(AccessFlags::REMOTE_WRITE) || a.contains(AccessFlags::REMOTE_ATOMIC))
+        && !a.contains(AccessFlags::LOCAL_WRITE)
+    {
+        return Err(MemError::FastReg(
+            "remote write or atomic access needs local write",
+        ));
+    }
+    Ok(RegionInfo {
+        key: new,
+        va: req.iova,
+        len,
+        access: a,
+        ..*info
+    })
+}
+
 /// A 64-bit atomic operation (IBTA 9.4.5): compare-and-swap or fetch-and-add.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AtomicOp {
@@ -405,11 +534,45 @@ pub trait MemoryAccess {
     /// [`read`]: MemoryAccess::read
     fn write(&mut self, region: &Region, offset: usize, src: &[u8]) -> Result<(), MemError>;
 
-    /// SEND with Invalidate: invalidates the region `rkey` names for a QP
-    /// in protection domain `pd`, if [`validate_invalidate`] allows it;
-    /// afterwards no key names the region, locally or remotely, until its
-    /// owner deregisters it. An error leaves every region as it was.
-    fn invalidate(&mut self, rkey: Key, pd: u32) -> Result<(), MemError>;
+    /// SEND with Invalidate: invalidates what `rkey` names for `qp`: a
+    /// region, if [`validate_invalidate`] allows it and no window is bound
+    /// to it (afterwards no key names the region, locally or remotely,
+    /// until its owner deregisters it), or a type 2 memory window
+    /// ([`WindowTable::invalidate`]). An error leaves everything as it was.
+    fn invalidate(&mut self, rkey: Key, qp: QpRef) -> Result<(), MemError>;
+
+    /// LOCAL_INV: invalidates what `key` names for `qp`, as
+    /// [`MemoryAccess::invalidate`] does, with the rule for local
+    /// invalidation of a region ([`validate_local_invalidate`]).
+    fn local_invalidate(&mut self, key: Key, qp: QpRef) -> Result<(), MemError>;
+
+    /// Binds a memory window ([`WindowTable::bind`]) for `qp`; returns
+    /// its new R_Key.
+    fn bind_mw(&mut self, bind: &MwBind, qp: QpRef) -> Result<Key, MemError>;
+
+    /// REG_MR: registers a region allocated for fast registration, if
+    /// [`validate_fast_reg`] allows it; returns its new key.
+    fn reg_mr(&mut self, req: &RegMr, qp: QpRef) -> Result<Key, MemError>;
+
+    /// Validates a remote access (an R_Key from the wire) by `qp`: as
+    /// [`MemoryAccess::check`] with `is_remote`, for a region; through the
+    /// window for a memory window's key.
+    fn check_remote(
+        &self,
+        key: Key,
+        qp: QpRef,
+        needed: AccessFlags,
+        va: u64,
+        len: usize,
+    ) -> Result<Region, MemError> {
+        self.check(key, qp.pd, true, needed, va, len)
+    }
+
+    /// Validates a remote access by `qp` to the whole region (or window)
+    /// `key` names, needing `needed`: a FLUSH of selectivity "memory
+    /// region", whose RETH address and length do not count. Returns the
+    /// empty range at the region's first byte.
+    fn check_whole(&self, key: Key, qp: QpRef, needed: AccessFlags) -> Result<Region, MemError>;
 
     /// Validates the RETH of an RDMA WRITE or READ (`needed` is
     /// `REMOTE_WRITE` or `REMOTE_READ`). A zero DMA length needs no valid
@@ -417,7 +580,7 @@ pub trait MemoryAccess {
     fn check_rdma(
         &self,
         rkey: Key,
-        pd: u32,
+        qp: QpRef,
         needed: AccessFlags,
         va: u64,
         dma_len: u32,
@@ -426,15 +589,15 @@ pub trait MemoryAccess {
             return Ok(Region::empty(va));
         }
         let len = usize::try_from(dma_len).map_err(|_| MemError::Overflow)?;
-        self.check(rkey, pd, true, needed, va, len)
+        self.check_remote(rkey, qp, needed, va, len)
     }
 
     /// Validates an AtomicETH and performs `op` on the 8 bytes at `va`
     /// (host byte order), returning the original value. Key, PD, the
     /// `REMOTE_ATOMIC` right and bounds are checked first, then the 8-byte
     /// alignment of `va`.
-    fn atomic(&mut self, rkey: Key, pd: u32, va: u64, op: AtomicOp) -> Result<u64, MemError> {
-        let region = self.check(rkey, pd, true, AccessFlags::REMOTE_ATOMIC, va, 8)?;
+    fn atomic(&mut self, rkey: Key, qp: QpRef, va: u64, op: AtomicOp) -> Result<u64, MemError> {
+        let region = self.check_remote(rkey, qp, AccessFlags::REMOTE_ATOMIC, va, 8)?;
         if va % 8 != 0 {
             return Err(MemError::Misaligned { va });
         }
@@ -468,6 +631,7 @@ pub fn atomic_by_copy<M: MemoryAccess + ?Sized>(
 #[derive(Debug, Clone, Default)]
 pub struct VecMemory {
     regions: KeyTable<Entry>,
+    windows: WindowTable,
 }
 
 #[derive(Debug, Clone)]
@@ -549,9 +713,24 @@ impl VecMemory {
         })
     }
 
-    /// Removes the region `key` names, returning its bytes.
+    /// Allocates `capacity` zero bytes as a region for fast registration
+    /// (`ib_alloc_mr`): free, answering to no access, until a REG_MR work
+    /// request registers it ([`MemoryAccess::reg_mr`]).
+    pub fn alloc_fast(&mut self, pd: u32, capacity: usize) -> Result<Key, MemError> {
+        let key = self.insert(pd, 0, vec![0; capacity], AccessFlags::empty(), true)?;
+        if let Some(e) = self.regions.get_mut(key) {
+            e.valid = false;
+        }
+        Ok(key)
+    }
+
+    /// Removes the region `key` names, returning its bytes; refused while
+    /// memory windows are bound to it ([`MemError::Busy`]).
     pub fn deregister(&mut self, key: Key) -> Result<Vec<u8>, MemError> {
         self.entry(key)?;
+        if self.windows.windows_on(key) > 0 {
+            return Err(MemError::Busy { key });
+        }
         let e = self
             .regions
             .remove(key)
@@ -582,6 +761,38 @@ impl VecMemory {
             Some(e) => Ok(e.data.as_mut_slice()),
             None => Err(MemError::InvalidKey { key }),
         }
+    }
+
+    /// The memory windows.
+    pub fn windows(&self) -> &WindowTable {
+        &self.windows
+    }
+
+    /// The memory windows, to allocate and deallocate.
+    pub fn windows_mut(&mut self) -> &mut WindowTable {
+        &mut self.windows
+    }
+
+    /// Invalidates the region `key` names if `rule` allows it.
+    fn invalidate_region(
+        &mut self,
+        key: Key,
+        pd: u32,
+        rule: fn(&RegionInfo, Key, u32) -> Result<(), MemError>,
+    ) -> Result<(), MemError> {
+        let (_, e) = self
+            .regions
+            .by_index(key)
+            .filter(|(_, e)| e.valid)
+            .ok_or(MemError::InvalidKey { key })?;
+        rule(&e.info, key, pd)?;
+        if self.windows.windows_on(key) > 0 {
+            return Err(MemError::Busy { key });
+        }
+        if let Some(e) = self.regions.get_mut(key) {
+            e.valid = false;
+        }
+        Ok(())
     }
 
     /// The region `key` names, telling an unknown key from a key mismatch.
@@ -639,17 +850,68 @@ impl MemoryAccess for VecMemory {
         Ok(())
     }
 
-    fn invalidate(&mut self, rkey: Key, pd: u32) -> Result<(), MemError> {
+    fn invalidate(&mut self, rkey: Key, qp: QpRef) -> Result<(), MemError> {
+        if is_window_key(rkey) {
+            return self.windows.invalidate(rkey, qp, true);
+        }
+        self.invalidate_region(rkey, qp.pd, validate_invalidate)
+    }
+
+    fn local_invalidate(&mut self, key: Key, qp: QpRef) -> Result<(), MemError> {
+        if is_window_key(key) {
+            return self.windows.invalidate(key, qp, false);
+        }
+        self.invalidate_region(key, qp.pd, validate_local_invalidate)
+    }
+
+    fn check_whole(&self, key: Key, qp: QpRef, needed: AccessFlags) -> Result<Region, MemError> {
+        let start = if is_window_key(key) {
+            self.windows.start_of(key)
+        } else {
+            self.regions.by_index(key).map(|(_, e)| e.info.va)
+        };
+        let va = start.ok_or(MemError::InvalidKey { key })?;
+        self.check_remote(key, qp, needed, va, 0)
+    }
+
+    fn reg_mr(&mut self, req: &RegMr, qp: QpRef) -> Result<Key, MemError> {
+        let key = Key::new(req.key);
         let (_, e) = self
             .regions
-            .by_index(rkey)
-            .filter(|(_, e)| e.valid)
-            .ok_or(MemError::InvalidKey { key: rkey })?;
-        validate_invalidate(&e.info, rkey, pd)?;
-        if let Some(e) = self.regions.get_mut(rkey) {
-            e.valid = false;
+            .by_index(key)
+            .ok_or(MemError::InvalidKey { key })?;
+        let info = validate_fast_reg(&e.info, e.valid, e.data.len(), req, qp.pd)?;
+        let new = self
+            .regions
+            .rekey(key, info.key.key())
+            .ok_or(MemError::InvalidKey { key })?;
+        if let Some(e) = self.regions.get_mut(new) {
+            e.info = info;
+            e.valid = true;
         }
-        Ok(())
+        Ok(new)
+    }
+
+    fn bind_mw(&mut self, bind: &MwBind, qp: QpRef) -> Result<Key, MemError> {
+        let mr = Key::new(bind.mr_lkey);
+        let region = self.regions.get(mr).filter(|e| e.valid).map(|e| e.info);
+        Ok(self.windows.bind(bind, qp, region.as_ref())?)
+    }
+
+    fn check_remote(
+        &self,
+        key: Key,
+        qp: QpRef,
+        needed: AccessFlags,
+        va: u64,
+        len: usize,
+    ) -> Result<Region, MemError> {
+        if !is_window_key(key) {
+            return self.check(key, qp.pd, true, needed, va, len);
+        }
+        self.windows.check_remote(key, qp, needed, va, len, |mr| {
+            self.regions.get(mr).filter(|e| e.valid).map(|e| &e.info)
+        })
     }
 }
 
@@ -666,6 +928,10 @@ mod tests {
     const RR: AccessFlags = AccessFlags::REMOTE_READ;
     const RA: AccessFlags = AccessFlags::REMOTE_ATOMIC;
     const LW: AccessFlags = AccessFlags::LOCAL_WRITE;
+
+    fn qp(pd: u32) -> QpRef {
+        QpRef { pd, qpn: 0x11 }
+    }
 
     fn mem(access: AccessFlags) -> (VecMemory, Key) {
         let mut m = VecMemory::new();
@@ -737,20 +1003,84 @@ mod tests {
         );
         // Through the table: invalidated once, then no key works.
         assert_eq!(
-            m.invalidate(plain, PD),
+            m.invalidate(plain, qp(PD)),
             Err(MemError::NotInvalidatable { key: plain })
         );
-        assert_eq!(m.invalidate(fast, PD), Ok(()));
+        assert_eq!(m.invalidate(fast, qp(PD)), Ok(()));
         assert_eq!(m.is_invalidated(fast), Ok(true));
         assert_eq!(
             m.check(fast, PD, true, RW, BASE, 1),
             Err(MemError::InvalidKey { key: fast })
         );
         assert_eq!(
-            m.invalidate(fast, PD),
+            m.invalidate(fast, qp(PD)),
             Err(MemError::InvalidKey { key: fast })
         );
         assert_eq!(m.is_invalidated(plain), Ok(false));
+    }
+
+    #[test]
+    fn fast_registration_rules() {
+        let mut m = VecMemory::new();
+        let fr = m.alloc_fast(PD, 64).unwrap();
+        let plain = m.register(PD, BASE, LEN, ALL).unwrap();
+        let q = qp(PD);
+        let req = |key: Key, new: Key, length: u64, access| RegMr {
+            key: key.raw(),
+            new_key: new.raw(),
+            iova: BASE,
+            length,
+            access,
+        };
+        // Free: no key reaches it.
+        assert!(m.check(fr, PD, false, AccessFlags::empty(), 0, 1).is_err());
+        let refused = |m: &mut VecMemory, r: RegMr| m.reg_mr(&r, q).unwrap_err();
+        assert!(matches!(
+            refused(&mut m, req(plain, plain.inc(), 8, RW | LW)),
+            MemError::FastReg(_)
+        ));
+        assert!(matches!(
+            refused(&mut m, req(fr, fr.inc(), 65, RW | LW)),
+            MemError::FastReg(_)
+        ));
+        assert!(matches!(
+            refused(&mut m, req(fr, fr.inc(), 8, RW)),
+            MemError::FastReg(_)
+        ));
+        let moved = Key::from_parts(fr.index() + 1, 0).unwrap();
+        assert!(matches!(
+            refused(&mut m, req(fr, moved, 8, RW | LW)),
+            MemError::FastReg(_)
+        ));
+        assert_eq!(
+            refused(&mut m, req(fr.inc(), fr.inc(), 8, RW | LW)),
+            MemError::KeyMismatch { key: fr.inc() }
+        );
+        assert_eq!(
+            m.reg_mr(&req(fr, fr.inc(), 8, RW | LW), qp(PD + 1)),
+            Err(MemError::PdMismatch)
+        );
+        let mut wraps = req(fr, fr.inc(), 8, RW | LW);
+        wraps.iova = u64::MAX - 3;
+        assert_eq!(refused(&mut m, wraps), MemError::Overflow);
+        // Registered: reachable through the new key only, within its
+        // length; registered again only after an invalidation.
+        let k = m.reg_mr(&req(fr, fr.inc(), 32, RW | LW), q).unwrap();
+        assert_eq!((k.index(), k.key()), (fr.index(), fr.key().wrapping_add(1)));
+        assert!(m.check_rdma(k, q, RW, BASE, 32).is_ok());
+        assert!(m.check_rdma(k, q, RW, BASE, 33).is_err());
+        assert!(m.check_rdma(fr, q, RW, BASE, 1).is_err());
+        assert!(matches!(
+            refused(&mut m, req(k, k.inc(), 8, RW | LW)),
+            MemError::FastReg(_)
+        ));
+        assert_eq!(m.local_invalidate(k, q), Ok(()));
+        assert!(m.check_rdma(k, q, RW, BASE, 1).is_err());
+        let k2 = m.reg_mr(&req(k, k.inc(), 64, RW | LW), q).unwrap();
+        assert!(m.check_rdma(k2, q, RW, BASE, 64).is_ok());
+        // A peer may invalidate it too.
+        assert_eq!(m.invalidate(k2, q), Ok(()));
+        assert_eq!(m.is_invalidated(k2), Ok(true));
     }
 
     #[test]
@@ -924,7 +1254,7 @@ mod tests {
     #[test]
     fn rdma_write_at_increasing_offsets_then_read() {
         let (mut m, k) = mem(ALL);
-        let r = m.check_rdma(k, PD, RW, BASE + 8, 24).unwrap();
+        let r = m.check_rdma(k, qp(PD), RW, BASE + 8, 24).unwrap();
         for (i, chunk) in [[0xa1u8; 8], [0xb2; 8], [0xc3; 8]].iter().enumerate() {
             m.write(&r, i * 8, chunk).unwrap();
         }
@@ -940,7 +1270,7 @@ mod tests {
         assert_eq!(&b[8..16], &[0xa1; 8]);
         assert_eq!(&b[24..32], &[0xc3; 8]);
         assert_eq!(b[32], 32);
-        let rr = m.check_rdma(k, PD, RR, BASE + 12, 8).unwrap();
+        let rr = m.check_rdma(k, qp(PD), RR, BASE + 12, 8).unwrap();
         let mut out = [0; 8];
         m.read(&rr, 0, &mut out).unwrap();
         assert_eq!(out, [0xa1, 0xa1, 0xa1, 0xa1, 0xb2, 0xb2, 0xb2, 0xb2]);
@@ -950,13 +1280,13 @@ mod tests {
     fn zero_length_rdma_needs_no_valid_rkey() {
         let (mut m, _) = mem(ALL);
         let r = m
-            .check_rdma(Key::new(0xbad), PD + 1, RW, u64::MAX, 0)
+            .check_rdma(Key::new(0xbad), qp(PD + 1), RW, u64::MAX, 0)
             .unwrap();
         assert_eq!(r, Region::empty(u64::MAX));
         assert_eq!(m.write(&r, 0, &[]), Ok(()));
         assert!(m.write(&r, 0, &[1]).is_err());
         assert!(matches!(
-            m.check_rdma(Key::new(0xbad), PD, RW, BASE, 1),
+            m.check_rdma(Key::new(0xbad), qp(PD), RW, BASE, 1),
             Err(MemError::InvalidKey { .. })
         ));
     }
@@ -967,11 +1297,14 @@ mod tests {
         m.bytes_mut(k).unwrap()[8..16].copy_from_slice(&5u64.to_ne_bytes());
         let va = BASE + 8;
         let cs = |compare, swap| AtomicOp::CmpSwap { compare, swap };
-        assert_eq!(m.atomic(k, PD, va, cs(4, 9)), Ok(5));
-        assert_eq!(m.atomic(k, PD, va, cs(5, 9)), Ok(5));
-        assert_eq!(m.atomic(k, PD, va, AtomicOp::FetchAdd { add: 3 }), Ok(9));
+        assert_eq!(m.atomic(k, qp(PD), va, cs(4, 9)), Ok(5));
+        assert_eq!(m.atomic(k, qp(PD), va, cs(5, 9)), Ok(5));
         assert_eq!(
-            m.atomic(k, PD, va, AtomicOp::FetchAdd { add: u64::MAX }),
+            m.atomic(k, qp(PD), va, AtomicOp::FetchAdd { add: 3 }),
+            Ok(9)
+        );
+        assert_eq!(
+            m.atomic(k, qp(PD), va, AtomicOp::FetchAdd { add: u64::MAX }),
             Ok(12)
         );
         assert_eq!(
@@ -980,9 +1313,9 @@ mod tests {
             "fetch-add wraps"
         );
         // The last 8 bytes are in bounds; one more is not.
-        assert!(m.atomic(k, PD, BASE + 56, cs(0, 0)).is_ok());
+        assert!(m.atomic(k, qp(PD), BASE + 56, cs(0, 0)).is_ok());
         assert!(matches!(
-            m.atomic(k, PD, BASE + 64, cs(0, 0)),
+            m.atomic(k, qp(PD), BASE + 64, cs(0, 0)),
             Err(MemError::OutOfBounds { .. })
         ));
     }
@@ -992,7 +1325,7 @@ mod tests {
         let (mut m, k) = mem(ALL);
         let op = AtomicOp::FetchAdd { add: 1 };
         for off in 1..8 {
-            let e = m.atomic(k, PD, BASE + off, op).unwrap_err();
+            let e = m.atomic(k, qp(PD), BASE + off, op).unwrap_err();
             assert_eq!(e, MemError::Misaligned { va: BASE + off });
             assert_eq!(e.nak_code(), NakCode::InvalidRequest);
         }
@@ -1001,10 +1334,13 @@ mod tests {
             &(0..LEN as u8).collect::<Vec<u8>>()[..]
         );
         // Key errors come before alignment.
-        assert_eq!(m.atomic(k, PD + 1, BASE + 1, op), Err(MemError::PdMismatch));
+        assert_eq!(
+            m.atomic(k, qp(PD + 1), BASE + 1, op),
+            Err(MemError::PdMismatch)
+        );
         let (mut m, k) = mem(RR | RW | LW);
         assert_eq!(
-            m.atomic(k, PD, BASE, op),
+            m.atomic(k, qp(PD), BASE, op),
             Err(MemError::AccessDenied { needed: RA })
         );
     }

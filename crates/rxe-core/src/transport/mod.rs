@@ -77,6 +77,7 @@ mod send;
 #[cfg(test)]
 mod test_packet;
 mod time;
+mod window;
 mod wr;
 
 pub use counters::{Counter, Counters};
@@ -85,8 +86,8 @@ pub use error::{EndpointError, PostError};
 pub use io::{RecvMeta, Transmit};
 pub use key_table::KeyTable;
 pub use memory::{
-    atomic_by_copy, validate, validate_invalidate, AtomicOp, Key, MemError, MemoryAccess, Region,
-    RegionInfo, VecMemory,
+    atomic_by_copy, validate, validate_fast_reg, validate_invalidate, validate_local_invalidate,
+    AtomicOp, Key, MemError, MemoryAccess, RegMr, Region, RegionInfo, VecMemory,
 };
 pub use multicast::{
     is_multicast_gid, McastError, McastGroups, MAX_GROUPS as MAX_MCAST_GROUPS,
@@ -102,6 +103,10 @@ pub use qp::{
 };
 pub use recv::{Srq, SrqAttr, SrqInit};
 pub use time::Instant;
+pub use window::{
+    is_window_key, BindError, Binding, MwBind, MwType, QpRef, WindowInfo, WindowTable,
+    FIRST_WINDOW_INDEX,
+};
 pub use wr::{
     RecvWr, SendData, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion, WorkQueue,
 };

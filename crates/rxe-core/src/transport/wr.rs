@@ -2,7 +2,9 @@
 //! the verbs layer and the transport engine. Names follow libibverbs
 //! (`ibv_send_wr`, `ibv_recv_wr`, `ibv_wc`).
 
+use crate::transport::memory::RegMr;
 use crate::transport::qp::AddressVector;
+use crate::transport::window::MwBind;
 
 /// A scatter/gather element: `length` bytes at virtual address `addr` of
 /// the memory region named by `lkey`.
@@ -50,6 +52,37 @@ pub enum SendOp {
         rkey: u32,
         add: u64,
     },
+    /// IBTA 1.5 ATOMIC WRITE (RC): the request's 8 bytes of data (one
+    /// 8-byte SGE, or 8 inline bytes) placed as one at the 8-byte aligned
+    /// `remote_addr`, in the byte order given (`ibv_wr_atomic_write`).
+    AtomicWrite {
+        remote_addr: u64,
+        rkey: u32,
+    },
+    /// IBTA 1.5 FLUSH (RC; Annex A19): makes earlier writes to `len`
+    /// bytes at `remote_addr` (selectivity `wire::feth::SEL_MEMORY_RANGE`)
+    /// or to the whole region of `rkey` (`SEL_MEMORY_REGION`) globally
+    /// visible and/or persistent (`placement`, a set of
+    /// `wire::feth::PLT_*` bits). Carries no data.
+    Flush {
+        remote_addr: u64,
+        rkey: u32,
+        len: u32,
+        placement: u8,
+        selectivity: u8,
+    },
+    /// Binds a memory window (`IBV_WR_BIND_MW`, or the Bind Memory Window
+    /// verb for a type 1 window): a local operation, no packet.
+    BindMw(MwBind),
+    /// Invalidates a memory window or a fast-registered region
+    /// (`IBV_WR_LOCAL_INV`): a local operation, no packet.
+    LocalInv {
+        key: u32,
+    },
+    /// Registers a region allocated for fast registration (`IB_WR_REG_MR`
+    /// of the kernel's verbs; libibverbs has none): a local operation, no
+    /// packet.
+    RegMr(RegMr),
 }
 
 impl SendOp {
@@ -63,12 +96,49 @@ impl SendOp {
             SendOp::RdmaRead { .. } => WcOpcode::RdmaRead,
             SendOp::CmpSwap { .. } => WcOpcode::CompSwap,
             SendOp::FetchAdd { .. } => WcOpcode::FetchAdd,
+            SendOp::AtomicWrite { .. } => WcOpcode::AtomicWrite,
+            SendOp::Flush { .. } => WcOpcode::Flush,
+            SendOp::BindMw(_) => WcOpcode::BindMw,
+            SendOp::LocalInv { .. } => WcOpcode::LocalInv,
+            SendOp::RegMr(_) => WcOpcode::RegMr,
         }
     }
 
-    /// READ and atomics: the responder answers with data, and at most
-    /// `max_rd_atomic` of them may be outstanding (IBTA 9.5, 10.2.3).
+    /// Operations the requester performs itself, in send-queue order,
+    /// without sending a packet (IBTA 10.8.2.x; kernel rxe's local
+    /// operations).
+    pub const fn is_local(self) -> bool {
+        matches!(
+            self,
+            SendOp::BindMw(_) | SendOp::LocalInv { .. } | SendOp::RegMr(_)
+        )
+    }
+
+    /// READ, atomics, ATOMIC WRITE and FLUSH: the responder answers each
+    /// with a response of its own, and at most `max_rd_atomic` of them may
+    /// be outstanding (IBTA 9.5, 10.2.3; ATOMIC WRITE and FLUSH use the
+    /// responder resources too, IBTA 1.5, not checked against the text).
     pub const fn is_read_or_atomic(self) -> bool {
+        matches!(
+            self,
+            SendOp::RdmaRead { .. }
+                | SendOp::CmpSwap { .. }
+                | SendOp::FetchAdd { .. }
+                | SendOp::AtomicWrite { .. }
+                | SendOp::Flush { .. }
+        )
+    }
+
+    /// ATOMIC WRITE and FLUSH: one request packet, one PSN, answered by an
+    /// RDMA READ Response Only without payload (as kernel rxe answers
+    /// them; IBTA 1.5, not checked against the text).
+    pub const fn is_zero_response(self) -> bool {
+        matches!(self, SendOp::AtomicWrite { .. } | SendOp::Flush { .. })
+    }
+
+    /// READ and the two 64-bit atomics: their response lands in the
+    /// request's SGEs, which need local write.
+    pub const fn writes_locally(self) -> bool {
         matches!(
             self,
             SendOp::RdmaRead { .. } | SendOp::CmpSwap { .. } | SendOp::FetchAdd { .. }
@@ -177,6 +247,14 @@ pub enum WcOpcode {
     RdmaRead,
     CompSwap,
     FetchAdd,
+    /// `IBV_WC_ATOMIC_WRITE`.
+    AtomicWrite,
+    /// `IBV_WC_FLUSH`.
+    Flush,
+    BindMw,
+    LocalInv,
+    /// A fast registration (the kernel's `IB_WC_REG_MR`).
+    RegMr,
     Recv,
     RecvRdmaWithImm,
 }

@@ -259,14 +259,41 @@ impl AccessFlags {
     pub const REMOTE_READ: AccessFlags = AccessFlags(1 << 2);
     /// Accept atomic requests.
     pub const REMOTE_ATOMIC: AccessFlags = AccessFlags(1 << 3);
+    /// `IBV_ACCESS_MW_BIND`: a memory region's right to have memory
+    /// windows bound to it (IBTA 10.6.7, C10-73 as cited by kernel rxe;
+    /// not checked against the text). A region flag, never a QP flag:
+    /// [`AccessFlags::from_bits`] refuses it, [`AccessFlags::from_mr_bits`]
+    /// keeps it.
+    pub const MW_BIND: AccessFlags = AccessFlags(1 << 4);
+    /// `IBV_ACCESS_FLUSH_GLOBAL` (rdma-core after v44): a region that a
+    /// FLUSH may ask for global visibility of (IBTA 1.5 Annex A19, not
+    /// checked against the text). A region flag.
+    pub const FLUSH_GLOBAL: AccessFlags = AccessFlags(1 << 8);
+    /// `IBV_ACCESS_FLUSH_PERSISTENT`: a region that a FLUSH may ask for
+    /// persistence of. A region flag.
+    pub const FLUSH_PERSISTENT: AccessFlags = AccessFlags(1 << 9);
 
-    const NAMES: [(AccessFlags, &'static str); 4] = [
+    const NAMES: [(AccessFlags, &'static str); 7] = [
         (AccessFlags::LOCAL_WRITE, "LOCAL_WRITE"),
         (AccessFlags::REMOTE_WRITE, "REMOTE_WRITE"),
         (AccessFlags::REMOTE_READ, "REMOTE_READ"),
         (AccessFlags::REMOTE_ATOMIC, "REMOTE_ATOMIC"),
+        (AccessFlags::MW_BIND, "MW_BIND"),
+        (AccessFlags::FLUSH_GLOBAL, "FLUSH_GLOBAL"),
+        (AccessFlags::FLUSH_PERSISTENT, "FLUSH_PERSISTENT"),
     ];
     const ALL_BITS: u32 = 0xf;
+    const MR_BITS: u32 = 0x31f;
+
+    /// The memory-region flags of `bits` (the four rights, `MW_BIND` and
+    /// the two FLUSH rights); other bits are dropped.
+    pub const fn from_mr_bits(bits: u32) -> AccessFlags {
+        AccessFlags(bits & Self::MR_BITS)
+    }
+    /// The remote rights only (what a memory window can grant).
+    pub const fn remote(self) -> AccessFlags {
+        AccessFlags(self.0 & (Self::REMOTE_WRITE.0 | Self::REMOTE_READ.0 | Self::REMOTE_ATOMIC.0))
+    }
 
     pub const fn empty() -> AccessFlags {
         AccessFlags(0)

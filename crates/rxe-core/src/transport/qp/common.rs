@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 
 use super::attr::{PathMtu, QpState, QpType};
 use super::modify::QpConfig;
+use crate::transport::window::QpRef;
 use crate::transport::wr::WorkCompletion;
 
 /// What a QP is created with (`ibv_qp_init_attr`).
@@ -81,6 +82,14 @@ pub struct QpCommon {
 }
 
 impl QpCommon {
+    /// The QP as memory checks see it: its PD and number.
+    pub fn mem_ref(&self) -> QpRef {
+        QpRef {
+            pd: self.init.pd,
+            qpn: self.qpn,
+        }
+    }
+
     pub fn new(qpn: u32, init: QpInit, config: QpConfig, pkey: u16) -> QpCommon {
         QpCommon {
             qpn,

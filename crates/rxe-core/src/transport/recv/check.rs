@@ -41,6 +41,8 @@ impl Responder {
                             Operation::RdmaReadRequest
                                 | Operation::CompareSwap
                                 | Operation::FetchAdd
+                                | Operation::AtomicWrite
+                                | Operation::Flush
                         );
                         let ends = matches!(
                             pkt.info.position,

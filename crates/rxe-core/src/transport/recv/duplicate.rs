@@ -51,19 +51,27 @@ impl Responder {
                 }
                 let region = match mem.check_rdma(
                     Key::new(reth.rkey),
-                    common.init.pd,
+                    common.mem_ref(),
                     AccessFlags::REMOTE_READ,
                     reth.va,
                     reth.dma_len,
                 ) {
                     Ok(r) => r,
                     Err(e) => {
+                        // The memory went away since the READ ran (a
+                        // region deregistered, a window invalidated). A
+                        // requester still waiting for this READ fails it on
+                        // the NAK; a stale copy (a network duplicate, a
+                        // retry overtaken by its own answer) gets a NAK the
+                        // requester drops as a duplicate response. Either
+                        // way a duplicate leaves the responder's state as
+                        // it was (IBTA 9.7.5.1.1, not checked against the
+                        // text): no move to ERR, unlike a new request.
                         self.push(Out::Ack {
                             psn,
                             syndrome: Syndrome::Nak(e.nak_code()),
                             msn: self.msn,
                         });
-                        common.fatal();
                         return;
                     }
                 };
@@ -84,6 +92,23 @@ impl Responder {
                 match queued {
                     Some(o) => *o = Out::Read(restart),
                     None => self.push(Out::Read(restart)),
+                }
+            }
+            Operation::AtomicWrite | Operation::Flush => {
+                let Some(Entry {
+                    saved: Saved::Zero { .. },
+                    msn,
+                }) = self.resources.find(psn)
+                else {
+                    return;
+                };
+                let queued = self
+                    .out
+                    .iter()
+                    .any(|o| matches!(o, Out::Read(r) if r.res_psn == psn));
+                if !queued {
+                    let va = pkt.repr.ext.reth.map_or(0, |r| r.va);
+                    self.push(Out::zero_response(psn, va, msn));
                 }
             }
             Operation::CompareSwap | Operation::FetchAdd => {

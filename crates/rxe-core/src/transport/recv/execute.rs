@@ -65,7 +65,10 @@ impl Responder {
             Operation::CompareSwap | Operation::FetchAdd if common.qp_type() == QpType::Rc => {
                 self.exec_atomic(common, pkt, mem)
             }
-            // FLUSH, ATOMIC WRITE and anything else: not supported.
+            Operation::AtomicWrite if common.qp_type() == QpType::Rc => {
+                self.exec_atomic_write(common, pkt, mem)
+            }
+            Operation::Flush if common.qp_type() == QpType::Rc => self.exec_flush(common, pkt, mem),
             _ => Err(Fail::Nak(NakCode::InvalidRequest)),
         }
     }
@@ -120,7 +123,10 @@ impl Responder {
             // text; kernel rxe completes the receive with REM_INV_REQ_ERR
             // too, but ACKs the packet before moving the QP to ERR).
             if let Some(ieth) = pkt.repr.ext.ieth {
-                if mem.invalidate(Key::new(ieth.rkey), common.init.pd).is_err() {
+                if mem
+                    .invalidate(Key::new(ieth.rkey), common.mem_ref())
+                    .is_err()
+                {
                     common.complete(WorkCompletion::new(
                         wr.wr_id,
                         WcStatus::RemInvReqErr,
@@ -179,7 +185,7 @@ impl Responder {
             let region = mem
                 .check_rdma(
                     Key::new(reth.rkey),
-                    common.init.pd,
+                    common.mem_ref(),
                     AccessFlags::REMOTE_WRITE,
                     reth.va,
                     reth.dma_len,
@@ -266,7 +272,7 @@ impl Responder {
         let region = mem
             .check_rdma(
                 Key::new(reth.rkey),
-                common.init.pd,
+                common.mem_ref(),
                 AccessFlags::REMOTE_READ,
                 reth.va,
                 reth.dma_len,
@@ -318,7 +324,7 @@ impl Responder {
         // Key, PD, right and bounds: Remote Access Error; misaligned:
         // Invalid Request (`MemError::nak_code`).
         let orig = mem
-            .atomic(Key::new(a.rkey), common.init.pd, a.va, op)
+            .atomic(Key::new(a.rkey), common.mem_ref(), a.va, op)
             .map_err(|e| Fail::Nak(e.nak_code()))?;
         let psn = Psn::new(pkt.repr.bth.psn);
         self.msn = (self.msn + 1) & Psn::MASK;
@@ -332,6 +338,105 @@ impl Responder {
             msn: self.msn,
         });
         Ok(1)
+    }
+}
+
+impl Responder {
+    /// IBTA 1.5 ATOMIC WRITE: the 8 payload bytes placed at once at an
+    /// 8-byte aligned address of a region granting REMOTE_WRITE (the QP
+    /// enabling it too), answered by an empty READ response; a responder
+    /// resource, so it counts against `max_dest_rd_atomic`, and a
+    /// duplicate is answered again without being executed (kernel rxe for
+    /// behaviour; IBTA 1.5 9.4.x, not checked against the text).
+    fn exec_atomic_write(
+        &mut self,
+        common: &mut QpCommon,
+        pkt: &TransportPacket<'_>,
+        mem: &mut dyn MemoryAccess,
+    ) -> Result<u32, Fail> {
+        self.admit_rd_atomic(common, AccessFlags::REMOTE_WRITE)?;
+        let invalid = Fail::Nak(NakCode::InvalidRequest);
+        let reth = pkt.repr.ext.reth.ok_or(invalid)?;
+        if reth.dma_len != 8 || pkt.payload.len() != 8 {
+            return Err(invalid);
+        }
+        let region = mem
+            .check_rdma(
+                Key::new(reth.rkey),
+                common.mem_ref(),
+                AccessFlags::REMOTE_WRITE,
+                reth.va,
+                8,
+            )
+            .map_err(|e| Fail::Nak(e.nak_code()))?;
+        // Key, PD, right and bounds first, alignment last, as for atomics.
+        if reth.va % 8 != 0 {
+            return Err(invalid);
+        }
+        // One aligned 8-byte write: one word store in the region's buffer.
+        mem.write(&region, 0, pkt.payload)
+            .map_err(|e| Fail::Nak(e.nak_code()))?;
+        self.answer_zero(pkt, reth.va);
+        Ok(1)
+    }
+
+    /// IBTA 1.5 FLUSH (Annex A19): the FETH's placement type names the
+    /// rights the region must grant (FLUSH_GLOBAL for global visibility,
+    /// FLUSH_PERSISTENT for persistence), its selectivity level the memory
+    /// (the RETH's range, or the whole region of its R_Key). rxe's regions
+    /// are host memory without a write cache of the device's own: a write
+    /// is globally visible once executed, and requests execute in PSN
+    /// order, so a FLUSH has nothing left to push out and is answered (an
+    /// empty READ response) after its checks. Persistence is refused at
+    /// registration (no rxe region is persistent), so a FLUSH asking for
+    /// it meets a region without FLUSH_PERSISTENT: Remote Access Error.
+    fn exec_flush(
+        &mut self,
+        common: &mut QpCommon,
+        pkt: &TransportPacket<'_>,
+        mem: &mut dyn MemoryAccess,
+    ) -> Result<u32, Fail> {
+        use crate::wire::feth::{
+            PLT_GLOBAL_VISIBILITY, PLT_PERSISTENCE, SEL_MEMORY_RANGE, SEL_MEMORY_REGION,
+        };
+        self.admit_rd_atomic(common, AccessFlags::empty())?;
+        let invalid = Fail::Nak(NakCode::InvalidRequest);
+        let feth = pkt.repr.ext.feth.ok_or(invalid)?;
+        let reth = pkt.repr.ext.reth.ok_or(invalid)?;
+        let plt = feth.placement_type;
+        if plt == 0 || plt & !(PLT_GLOBAL_VISIBILITY | PLT_PERSISTENCE) != 0 {
+            return Err(invalid);
+        }
+        let mut needed = AccessFlags::empty();
+        if plt & PLT_GLOBAL_VISIBILITY != 0 {
+            needed = needed | AccessFlags::FLUSH_GLOBAL;
+        }
+        if plt & PLT_PERSISTENCE != 0 {
+            needed = needed | AccessFlags::FLUSH_PERSISTENT;
+        }
+        let key = Key::new(reth.rkey);
+        let checked = match feth.selectivity_level {
+            SEL_MEMORY_RANGE => {
+                mem.check_rdma(key, common.mem_ref(), needed, reth.va, reth.dma_len)
+            }
+            SEL_MEMORY_REGION => mem.check_whole(key, common.mem_ref(), needed),
+            _ => return Err(invalid),
+        };
+        checked.map_err(|e| Fail::Nak(e.nak_code()))?;
+        self.answer_zero(pkt, reth.va);
+        Ok(1)
+    }
+
+    /// Saves an executed ATOMIC WRITE or FLUSH and queues its empty READ
+    /// response.
+    fn answer_zero(&mut self, pkt: &TransportPacket<'_>, va: u64) {
+        let psn = Psn::new(pkt.repr.bth.psn);
+        self.msn = (self.msn + 1) & Psn::MASK;
+        self.resources.push(Entry {
+            saved: Saved::Zero { psn },
+            msn: self.msn,
+        });
+        self.push(Out::zero_response(psn, va, self.msn));
     }
 }
 

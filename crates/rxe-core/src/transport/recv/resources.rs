@@ -28,6 +28,9 @@ pub(super) enum Saved {
     },
     /// An atomic and the original value its ATOMIC Acknowledge carried.
     Atomic { psn: Psn, orig: u64 },
+    /// An ATOMIC WRITE or FLUSH, answered by an empty READ response: a
+    /// duplicate gets the same answer and is not executed again.
+    Zero { psn: Psn },
 }
 
 /// One saved request with the MSN its response carried.
@@ -42,7 +45,7 @@ impl Entry {
     fn covers(&self, psn: Psn) -> bool {
         match self.saved {
             Saved::Read { first, npkts, .. } => psn.in_range(first, first.add(npkts.max(1))),
-            Saved::Atomic { psn: p, .. } => p == psn,
+            Saved::Atomic { psn: p, .. } | Saved::Zero { psn: p } => p == psn,
         }
     }
 }

@@ -131,6 +131,20 @@ pub(super) enum Out {
 }
 
 impl Out {
+    /// The empty RDMA READ Response Only that answers an ATOMIC WRITE or
+    /// FLUSH with PSN `psn`.
+    pub(super) fn zero_response(psn: Psn, va: u64, msn: u32) -> Out {
+        Out::Read(ReadOut {
+            res_psn: psn,
+            req_psn: psn,
+            next_psn: psn,
+            region: Region::empty(va),
+            sent: 0,
+            started: false,
+            msn,
+        })
+    }
+
     /// A NAK after which the QP is in ERR: it still goes out.
     pub(super) fn is_final(&self) -> bool {
         matches!(

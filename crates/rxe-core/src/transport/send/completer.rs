@@ -87,6 +87,7 @@ impl Requester {
             return;
         }
         self.fix_position();
+        self.complete_local_front(common);
         self.complete_errors(common);
         self.check_drained(common);
     }
@@ -103,6 +104,14 @@ impl Requester {
             };
             if !w.started || w.error.is_some() {
                 break None;
+            }
+            if w.wr.op.is_local() {
+                // Performed when it reached the send position; it
+                // completes as soon as it is the oldest.
+                if let Some(w) = self.pop_front() {
+                    complete(common, &w, WcStatus::Success);
+                }
+                continue;
             }
             let to_end = self.una.distance_to(end);
             let to_last = self.una.distance_to(w.last_psn);
@@ -195,6 +204,19 @@ impl Requester {
         let Some(w) = self.sq.front() else {
             return counters.inc(Counter::DropUnexpectedResponse);
         };
+        if w.wr.op.is_zero_response() && w.holds(p) {
+            // ATOMIC WRITE and FLUSH: one RDMA READ Response Only without
+            // payload at the request's PSN completes them.
+            let shape_ok = pkt.info.position == Some(Position::Only) && pkt.payload.is_empty();
+            if !shape_ok {
+                return self.fail_front(common, WcStatus::BadRespErr);
+            }
+            if let Some(w) = self.pop_front() {
+                complete(common, &w, WcStatus::Success);
+            }
+            self.una = p.next();
+            return self.progress(common, now);
+        }
         if !w.holds(p) || !matches!(w.wr.op, SendOp::RdmaRead { .. }) {
             return counters.inc(Counter::DropUnexpectedResponse);
         }

@@ -66,6 +66,14 @@
 //! - Atomic results are written to the 8-byte SGE in host byte order
 //!   (`u64::to_ne_bytes`), so a C program reading the `uint64_t` sees the
 //!   original value, as with every libibverbs provider.
+//! - Local operations (BIND_MW, LOCAL_INV, REG_MR) take no PSN and send nothing:
+//!   the requester performs them when they reach the send position (after
+//!   a fence, like any request), and they complete in send-queue order,
+//!   once every request before them has completed (kernel rxe does the
+//!   same, its completer finishing them because no ACK will come). A
+//!   refused bind completes with MW_BIND_ERR, a refused invalidation or
+//!   fast registration with LOC_QP_OP_ERR (kernel rxe's statuses), and the QP goes to ERR, as for
+//!   every local error here.
 //! - `max_rd_atomic` 0 is taken as 1: kernel rxe would never start a READ
 //!   with 0 outstanding allowed, which hangs the queue.
 
@@ -77,7 +85,7 @@ use super::segment::{
 use crate::transport::counters::{Counter, Counters};
 use crate::transport::error::PostError;
 use crate::transport::io::Transmit;
-use crate::transport::memory::MemoryAccess;
+use crate::transport::memory::{Key, MemoryAccess};
 use crate::transport::psn::Psn;
 use crate::transport::qp::{local_ack_timeout, AccessFlags, AsyncEvent, QpCommon, QpState, QpType};
 use crate::transport::time::Instant;
@@ -199,26 +207,88 @@ impl Requester {
             return None;
         }
         let rc = common.qp_type() == QpType::Rc;
-        let Some(wqe) = self.sq.get(self.next) else {
-            self.check_drained(common);
-            return None;
-        };
-        if wqe.error.is_some() {
-            return None;
-        }
-        if rc && self.una.distance_to(self.psn) >= MAX_UNACKED_PSNS {
-            return None;
-        }
-        if !wqe.started {
-            if common.state() == QpState::Sqd || !self.can_start(common, wqe) {
+        loop {
+            let Some(wqe) = self.sq.get(self.next) else {
                 self.check_drained(common);
                 return None;
-            }
-            if !self.start(common, counters, mem) {
+            };
+            if wqe.error.is_some() {
                 return None;
             }
+            if rc && self.una.distance_to(self.psn) >= MAX_UNACKED_PSNS {
+                return None;
+            }
+            if wqe.started && wqe.wr.op.is_local() {
+                // A retransmission passes a local operation performed
+                // already: it is never performed twice.
+                self.next += 1;
+                continue;
+            }
+            if !wqe.started {
+                if common.state() == QpState::Sqd || !self.can_start(common, wqe) {
+                    self.check_drained(common);
+                    return None;
+                }
+                if wqe.wr.op.is_local() {
+                    if !self.run_local(common, mem) {
+                        return None;
+                    }
+                    continue;
+                }
+                if !self.start(common, counters, mem) {
+                    return None;
+                }
+            }
+            return self.send_packet(common, counters, now, mem, buf);
         }
-        self.send_packet(common, counters, now, mem, buf)
+    }
+
+    /// Performs the local operation at the send position (it takes no
+    /// PSN); `false` if it was refused (it then waits to complete with its
+    /// error status, and the QP goes to ERR).
+    fn run_local(&mut self, common: &mut QpCommon, mem: &mut dyn MemoryAccess) -> bool {
+        let qp = common.mem_ref();
+        let wqe = &mut self.sq[self.next];
+        let result = match wqe.wr.op {
+            SendOp::BindMw(bind) => mem
+                .bind_mw(&bind, qp)
+                .map(|_| ())
+                .map_err(|e| (e, WcStatus::MwBindErr)),
+            SendOp::LocalInv { key } => mem
+                .local_invalidate(Key::new(key), qp)
+                .map_err(|e| (e, WcStatus::LocQpOpErr)),
+            SendOp::RegMr(req) => mem
+                .reg_mr(&req, qp)
+                .map(|_| ())
+                .map_err(|e| (e, WcStatus::LocQpOpErr)),
+            _ => Ok(()),
+        };
+        wqe.started = true;
+        wqe.first_psn = self.psn;
+        wqe.last_psn = self.psn;
+        if let Err((_why, status)) = result {
+            wqe.error = Some(status);
+            self.complete_errors(common);
+            return false;
+        }
+        self.next += 1;
+        self.complete_local_front(common);
+        true
+    }
+
+    /// Completes the local operations that have been performed and are now
+    /// the oldest requests: nothing else will complete them.
+    pub(super) fn complete_local_front(&mut self, common: &mut QpCommon) {
+        while self
+            .sq
+            .front()
+            .is_some_and(|w| w.wr.op.is_local() && w.started && w.error.is_none())
+            && self.next > 0
+        {
+            if let Some(w) = self.pop_front() {
+                complete(common, &w, WcStatus::Success);
+            }
+        }
     }
 
     /// The next deadline: the transport timer or the end of an RNR wait.
@@ -302,7 +372,7 @@ impl Requester {
         let pd = common.init.pd;
         let psn = self.psn;
         let wqe = &mut self.sq[self.next];
-        let needed = if wqe.wr.op.is_read_or_atomic() {
+        let needed = if wqe.wr.op.writes_locally() {
             AccessFlags::LOCAL_WRITE
         } else {
             AccessFlags::empty()
@@ -405,6 +475,7 @@ impl Requester {
                 if let Some(w) = self.pop_front() {
                     complete(common, &w, WcStatus::Success);
                 }
+                self.complete_local_front(common);
                 self.check_drained(common);
             }
         }
@@ -588,6 +659,14 @@ pub(super) fn complete(common: &mut QpCommon, w: &SendWqe, status: WcStatus) {
 pub(super) fn validate(common: &QpCommon, wr: &SendWr) -> Result<u32, PostError> {
     let qp_type = common.qp_type();
     let op = wr.op;
+    if op.is_local() {
+        // IBTA 10.8.2 (not checked against the text): memory operations
+        // on the send queue of any QP but QP1; they carry no data.
+        if qp_type == QpType::Gsi {
+            return Err(PostError::OpNotSupported);
+        }
+        return Ok(0);
+    }
     let allowed = match qp_type {
         QpType::Rc => true,
         QpType::Uc => matches!(
@@ -620,7 +699,31 @@ pub(super) fn validate(common: &QpCommon, wr: &SendWr) -> Result<u32, PostError>
         }
         SendData::Inline(_) if op.is_atomic() => return Err(PostError::BadAtomic),
         // READ data lands in registered memory: inline makes no sense.
-        SendData::Inline(_) if op.is_read_or_atomic() => return Err(PostError::OpNotSupported),
+        SendData::Inline(_) if op.writes_locally() => return Err(PostError::OpNotSupported),
+        _ => {}
+    }
+    match op {
+        // IBTA 1.5 ATOMIC WRITE: 8 bytes at an 8-byte aligned address.
+        SendOp::AtomicWrite { remote_addr, .. } if wr.data.len() != 8 || remote_addr % 8 != 0 => {
+            return Err(PostError::BadAtomic);
+        }
+        // FLUSH: no data; a placement type of known bits, not none; a
+        // selectivity level of range or region (Annex A19.4.1, not checked
+        // against the text).
+        SendOp::Flush {
+            placement,
+            selectivity,
+            ..
+        } => {
+            let plt = crate::wire::feth::PLT_GLOBAL_VISIBILITY | crate::wire::feth::PLT_PERSISTENCE;
+            if !wr.data.is_empty()
+                || placement == 0
+                || placement & !plt != 0
+                || selectivity > crate::wire::feth::SEL_MEMORY_REGION
+            {
+                return Err(PostError::BadFlush);
+            }
+        }
         _ => {}
     }
     if let SendOp::CmpSwap { remote_addr, .. } | SendOp::FetchAdd { remote_addr, .. } = op {

@@ -26,8 +26,8 @@ use crate::transport::qp::{AccessFlags, QpType};
 use crate::transport::wr::{SendData, SendOp, SendWr, Sge, WcStatus};
 use crate::wire::{
     AtomicEth, AtomicEthRepr, Bth, BthRepr, Deth, DethRepr, Error as WireError, ErrorKind,
-    ExtHeader, ExtReprs, Ieth, IethRepr, ImmDt, ImmDtRepr, Layer, Opcode, Reth, RethRepr,
-    Transport, TransportRepr,
+    ExtHeader, ExtReprs, Feth, FethRepr, Ieth, IethRepr, ImmDt, ImmDtRepr, Layer, Opcode, Reth,
+    RethRepr, Transport, TransportRepr,
 };
 
 /// One posted send work request and the requester's bookkeeping for it.
@@ -80,7 +80,7 @@ impl SendWqe {
 
     /// Whether `psn` is one of its PSNs (once started).
     pub(super) fn holds(&self, psn: Psn) -> bool {
-        self.started && psn.in_range(self.first_psn, self.last_psn.next())
+        self.started && !self.wr.op.is_local() && psn.in_range(self.first_psn, self.last_psn.next())
     }
 
     /// Where a (re)transmission of this request resumes: the PSN of its
@@ -98,7 +98,7 @@ pub(super) fn packets_for(len: u32, mtu: u32) -> u32 {
 /// PSNs a request takes: one per packet, for a READ one per response
 /// packet, for an atomic one.
 pub(super) fn psns_for(op: SendOp, len: u32, mtu: u32) -> u32 {
-    if op.is_atomic() {
+    if op.is_atomic() || op.is_zero_response() {
         1
     } else {
         packets_for(len, mtu)
@@ -134,6 +134,12 @@ pub(super) fn request_opcode(qp_type: QpType, op: SendOp, first: bool, last: boo
         SendOp::RdmaRead { .. } => 0x0c,
         SendOp::CmpSwap { .. } => 0x13,
         SendOp::FetchAdd { .. } => 0x14,
+        SendOp::Flush { .. } => 0x1c,
+        SendOp::AtomicWrite { .. } => 0x1d,
+        // Local operations send no packet: the requester performs them
+        // instead of asking for one (`Requester::run_local`), so this arm
+        // is never taken; SEND ONLY keeps the function total.
+        SendOp::BindMw(_) | SendOp::LocalInv { .. } | SendOp::RegMr(_) => 0x04,
     };
     Opcode::on(transport_of(qp_type), code)
 }
@@ -200,9 +206,39 @@ pub(super) fn packet_repr(
                     compare: 0,
                 })
             }
+            SendOp::AtomicWrite { remote_addr, rkey } => {
+                ext.reth = Some(RethRepr {
+                    va: remote_addr,
+                    rkey,
+                    dma_len: 8,
+                });
+            }
+            SendOp::Flush {
+                remote_addr,
+                rkey,
+                len,
+                placement,
+                selectivity,
+            } => {
+                ext.feth = Some(FethRepr {
+                    selectivity_level: selectivity,
+                    placement_type: placement,
+                });
+                ext.reth = Some(RethRepr {
+                    va: remote_addr,
+                    rkey,
+                    dma_len: len,
+                });
+            }
             _ => unreachable!("is_read_or_atomic"),
         }
-        (op, 0, 0, false)
+        // ATOMIC WRITE carries its 8 bytes; the others no payload.
+        let len = if matches!(wr.op, SendOp::AtomicWrite { .. }) {
+            8
+        } else {
+            0
+        };
+        (op, 0, len, false)
     } else {
         let npkts = packets_for(wqe.len, mtu);
         let first = k == 0;
@@ -323,6 +359,10 @@ pub(super) fn emit_with(
                 .ieth
                 .ok_or_else(missing)?
                 .emit(&mut Ieth::new_unchecked(dst)),
+            ExtHeader::Feth => e
+                .feth
+                .ok_or_else(missing)?
+                .emit(&mut Feth::new_unchecked(dst)),
             // No request that this requester builds carries the others.
             _ => return Err(missing()),
         }
