@@ -40,4 +40,9 @@ fi
 # A guest left over from an earlier run would hold the addresses.
 "$PEER/peer.sh" stop >/dev/null 2>&1 || true
 trap '"$PEER/peer.sh" stop >/dev/null 2>&1 || true' EXIT
-"$PEER/peer.sh" start --mtu 9000 || fail "the guest did not boot ($PEER/peer.sh start)"
+# Programs the tests build for the guest (it has no compiler) go here; the
+# guest sees it read-only at /host.
+export RXE_PEER_SHARE_DIR="${RXE_PEER_SHARE_DIR:-$PWD/target/peer-share}"
+mkdir -p "$RXE_PEER_SHARE_DIR"
+"$PEER/peer.sh" start --mtu 9000 --share "$RXE_PEER_SHARE_DIR" ||
+    fail "the guest did not boot ($PEER/peer.sh start)"

@@ -4,7 +4,8 @@
 //! tools on the kernel's Soft-RoCE in the reference guest, in both
 //! directions. Both exit statuses must be 0 and each tool must print its
 //! result (kernel rxe drops a packet with a bad ICRC, so a run that ends
-//! well carried only packets it accepted).
+//! well carried only packets it accepted). And a program of ours,
+//! `integration/c/mw_peer.c`, for memory windows, which no Debian tool uses.
 //!
 //! Ignored by a plain `cargo test`; `scripts/interop.sh` runs them after
 //! building the drop-in libraries next to `rxe`.
@@ -102,4 +103,81 @@ fn perftest_over_the_drop_in_library() {
     ] {
         both_ways(tool, "-x", opts, "#bytes");
     }
+}
+
+/// Where the guest sees the host's directory `RXE_PEER_SHARE_DIR` (peer.sh
+/// `--share`, set up by scripts/peer-up.sh): programs built here for it.
+fn share_dir() -> std::path::PathBuf {
+    std::env::var_os("RXE_PEER_SHARE_DIR").map_or_else(
+        || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/peer-share"),
+        std::path::PathBuf::from,
+    )
+}
+
+/// A memory window across the two stacks, each way: the server binds a
+/// type 2 window with a BIND_MW work request and hands out its R_Key, the
+/// client WRITEs through it, the server checks the bytes and invalidates
+/// the window with LOCAL_INV, and the client's next WRITE must be refused
+/// with a remote access error (`integration/c/mw_peer.c`, built on the host
+/// and run in the guest from the shared directory: no compiler there).
+#[test]
+#[ignore = "needs the reference peer: run scripts/interop.sh"]
+fn a_memory_window_with_the_kernels_rxe() {
+    if !require_peer() {
+        return;
+    }
+    let _turn = exclusive();
+    let dir = share_dir();
+    std::fs::create_dir_all(&dir).expect("share dir");
+    let exe = dir.join("mw_peer");
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("c/mw_peer.c");
+    let cc = Command::new("cc")
+        .args(["-O1", "-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .arg("-libverbs")
+        .output()
+        .expect("cc");
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let (ok, ls) = guest_exec("test -x /host/mw_peer && echo shared", 20);
+    assert!(
+        ok == 0 && ls.contains("shared"),
+        "the guest does not see {} at /host (peer.sh start --share): {ls}",
+        dir.display()
+    );
+    let exe = exe.to_str().expect("path");
+    // The guest's RoCEv2 IPv4 GID, as the pingpongs' `-g 1`.
+    let gidx = 1;
+    // 1. The kernel's rxe binds the window, rxe writes through it.
+    let job = GuestJob::start(&format!("/host/mw_peer server 18701 {gidx}"));
+    assert!(
+        guest_waitport(18701, 30),
+        "the guest's mw_peer did not listen"
+    );
+    let (hs, hout) = finish(host_tool(
+        HOST_IP,
+        &format!("{exe} client {GUEST_IP} 18701 0"),
+        60,
+    ));
+    let (gs, gout) = job.wait(60);
+    assert!(
+        hs == 0 && gs == 0 && hout.contains(": OK") && gout.contains(": OK"),
+        "guest window: host exit {hs}, guest exit {gs}\n--- host (rxe):\n{hout}\n--- guest:\n{gout}"
+    );
+    // 2. rxe binds the window, the kernel's rxe writes through it.
+    let server = host_tool(HOST_IP, &format!("{exe} server 18702 0"), 60);
+    assert!(
+        netns_waitport(18702, Duration::from_secs(30)),
+        "the host's mw_peer over rxe did not listen"
+    );
+    let (gs, gout) = guest_exec(&format!("/host/mw_peer client {HOST_IP} 18702 {gidx}"), 60);
+    let (hs, hout) = finish(server);
+    assert!(
+        hs == 0 && gs == 0 && hout.contains(": OK") && gout.contains(": OK"),
+        "host window: host exit {hs}, guest exit {gs}\n--- host (rxe):\n{hout}\n--- guest:\n{gout}"
+    );
 }
