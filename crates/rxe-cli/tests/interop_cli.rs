@@ -1,6 +1,6 @@
 //! `rxe pingpong` against a peer written here from the facts of the real
-//! tools' handshake (`../shared/interop/README.md`, "Out-of-band TCP
-//! handshakes"): what goes over TCP byte by byte, and the first RoCE packet
+//! tools' out-of-band TCP handshake (as recorded between the stock
+//! tools): what goes over TCP byte by byte, and the first RoCE packet
 //! that follows, read from a plain UDP socket on port 4791 — the checks
 //! `host_peer_smoke.py` makes against the stock `ibv_rc_pingpong`.
 

@@ -2,10 +2,10 @@
 //!
 //! Every struct that an application and `libibverbs.so.1` share is here as
 //! a `#[repr(C)]` copy, with the offsets measured from the real headers
-//! asserted at compile time (`/work/shared/design/abi/layout-*.txt`), so a
-//! wrong field cannot build. `rxe-ibverbs` fills these; the test
-//! `layout_vs_headers` of that crate compiles a C program against the
-//! installed `<infiniband/verbs.h>` and compares again.
+//! asserted at compile time ([`layout`](crate::CHECKED_LAYOUT)), so a
+//! wrong field cannot build. `rxe-ibverbs` fills these; this crate's test
+//! `layout_vs_headers` compiles a C program against the installed
+//! `<infiniband/verbs.h>` and compares again.
 //!
 //! Where v44 and HEAD differ (`ibv_port_attr`, `ibv_qp_ex`,
 //! `verbs_context`), the HEAD layout is declared: it is a superset, and
@@ -17,7 +17,9 @@
 
 pub mod consts;
 pub mod kern;
+mod layout;
 pub mod rdmacm;
 mod structs;
 
+pub use layout::CHECKED_LAYOUT;
 pub use structs::*;

@@ -1,7 +1,8 @@
 //! The librdmacm ABI (`<rdma/rdma_cma.h>`, rdma-core v44 = HEAD for these
 //! structs, x86_64): the structs a program and `librdmacm.so.1` share, the
 //! event, port-space and option values, and the offsets measured from the
-//! real header (`/work/shared/design/abi/layout-rdmacm.txt`) asserted.
+//! real header asserted (and compared again with the installed header by
+//! `tests/layout_vs_headers.rs`).
 
 use core::ffi::{c_char, c_int, c_void};
 use core::mem::{offset_of, size_of};

@@ -9,8 +9,8 @@
 //! that many bytes (segments may be split or merged on the way: a peer's
 //! last key message and its `done` often arrive together).
 //!
-//! In order, as recorded from perftest 4.5-0.17 on both sides
-//! (`../shared/interop/captures/handshake`):
+//! In order, as recorded from perftest 4.5-0.17 on both sides (TCP
+//! captures of the real tools talking to each other):
 //!
 //! 1. version: 16 bytes, a NUL-padded decimal string (`"6.06"`). A peer
 //!    older than 5.70 is refused, as perftest refuses it.
