@@ -2,9 +2,10 @@
 //! `poll_transmit`, with the refusals counted by reason.
 
 use super::*;
-use crate::transport::memory::{Key, VecMemory};
+use crate::transport::memory::Key;
 use crate::transport::multicast::McastError;
 use crate::transport::qp::{AccessFlags, AddressVector, PathMtu};
+use crate::transport::vec_memory::VecMemory;
 use crate::transport::wr::{Sge, WcOpcode, WcStatus, WorkQueue};
 use crate::transport::{test_packet, Psn};
 use crate::wire::{AethRepr, BthRepr, DethRepr, ExtReprs, Opcode, Syndrome};

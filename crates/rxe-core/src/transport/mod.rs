@@ -77,6 +77,7 @@ mod send;
 #[cfg(test)]
 mod test_packet;
 mod time;
+mod vec_memory;
 mod window;
 mod wr;
 
@@ -87,7 +88,7 @@ pub use io::{RecvMeta, Transmit};
 pub use key_table::KeyTable;
 pub use memory::{
     atomic_by_copy, validate, validate_fast_reg, validate_invalidate, validate_local_invalidate,
-    AtomicOp, Key, MemError, MemoryAccess, RegMr, Region, RegionInfo, VecMemory,
+    AtomicOp, Key, MemError, MemoryAccess, RegMr, Region, RegionInfo,
 };
 pub use multicast::{
     is_multicast_gid, McastError, McastGroups, MAX_GROUPS as MAX_MCAST_GROUPS,
@@ -103,6 +104,7 @@ pub use qp::{
 };
 pub use recv::{Srq, SrqAttr, SrqInit};
 pub use time::Instant;
+pub use vec_memory::VecMemory;
 pub use window::{
     is_window_key, BindError, Binding, MwBind, MwType, QpRef, WindowInfo, WindowTable,
     FIRST_WINDOW_INDEX,

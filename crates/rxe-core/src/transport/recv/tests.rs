@@ -6,7 +6,7 @@ use super::srq::{Srq, SrqInit};
 use crate::transport::counters::{Counter, Counters};
 use crate::transport::error::PostError;
 use crate::transport::io::RecvMeta;
-use crate::transport::memory::{Key, MemoryAccess, VecMemory};
+use crate::transport::memory::{Key, MemoryAccess};
 use crate::transport::psn::Psn;
 use crate::transport::qp::{
     modify, AccessFlags, AddressVector, AsyncEvent, PathMtu, QpAttr, QpCaps, QpCommon, QpConfig,
@@ -14,6 +14,7 @@ use crate::transport::qp::{
 };
 use crate::transport::test_packet;
 use crate::transport::time::Instant;
+use crate::transport::vec_memory::VecMemory;
 use crate::transport::wr::{RecvWr, Sge, WcOpcode, WcStatus, WorkCompletion, WorkQueue};
 use crate::wire::{
     AtomicEthRepr, BthRepr, DethRepr, ExtReprs, IethRepr, ImmDtRepr, NakCode, Opcode, RethRepr,

@@ -8,7 +8,7 @@ use core::time::Duration;
 use super::requester::Requester;
 use crate::transport::counters::Counters;
 use crate::transport::error::PostError;
-use crate::transport::memory::{Key, VecMemory};
+use crate::transport::memory::Key;
 use crate::transport::psn::Psn;
 use crate::transport::qp::{
     modify, AccessFlags, AddressVector, AsyncEvent, PathMtu, QpAttr, QpCaps, QpCommon, QpConfig,
@@ -16,6 +16,7 @@ use crate::transport::qp::{
 };
 use crate::transport::test_packet;
 use crate::transport::time::Instant;
+use crate::transport::vec_memory::VecMemory;
 use crate::transport::wr::{SendData, SendOp, SendWr, Sge, UdDest, WcStatus, WorkCompletion};
 use crate::wire::{
     AethRepr, AtomicAckEthRepr, ExtReprs, Opcode, Syndrome, TransportPacket, TransportRepr,
