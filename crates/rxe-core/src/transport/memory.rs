@@ -537,7 +537,7 @@ pub trait MemoryAccess {
     /// region, if [`validate_invalidate`] allows it and no window is bound
     /// to it (afterwards no key names the region, locally or remotely,
     /// until its owner deregisters it), or a type 2 memory window
-    /// ([`WindowTable::invalidate`]). An error leaves everything as it was.
+    /// ([`WindowTable::invalidate`](super::window::WindowTable::invalidate)). An error leaves everything as it was.
     fn invalidate(&mut self, rkey: Key, qp: QpRef) -> Result<(), MemError>;
 
     /// LOCAL_INV: invalidates what `key` names for `qp`, as
@@ -545,7 +545,7 @@ pub trait MemoryAccess {
     /// invalidation of a region ([`validate_local_invalidate`]).
     fn local_invalidate(&mut self, key: Key, qp: QpRef) -> Result<(), MemError>;
 
-    /// Binds a memory window ([`WindowTable::bind`]) for `qp`; returns
+    /// Binds a memory window ([`WindowTable::bind`](super::window::WindowTable::bind)) for `qp`; returns
     /// its new R_Key.
     fn bind_mw(&mut self, bind: &MwBind, qp: QpRef) -> Result<Key, MemError>;
 
