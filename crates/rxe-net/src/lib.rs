@@ -7,6 +7,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod batch;
 pub mod clock;
 pub mod counters;
 pub mod driver;

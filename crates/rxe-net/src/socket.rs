@@ -38,7 +38,7 @@
 use std::cell::RefCell;
 use std::fmt;
 use std::io::{self, IoSlice, IoSliceMut};
-use std::net::{IpAddr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::net::{IpAddr, SocketAddr, SocketAddrV6};
 use std::ops::Range;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -49,10 +49,11 @@ use nix::sys::socket::{
 };
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
+use crate::batch::socket_addr;
+pub use crate::batch::{RxBatch, RxMeta, TxBatch, MAX_BATCH};
+
 /// The IANA port of RoCEv2.
 pub const ROCE_V2_PORT: u16 = rxe_core::wire::frame::ROCE_V2_PORT;
-/// Datagrams per `sendmmsg`/`recvmmsg` call, at most.
-pub const MAX_BATCH: usize = 64;
 /// The socket buffer size asked for (each direction).
 pub const WANTED_BUFFER: usize = 8 << 20;
 /// iovec entries of one [`RoceSocket::send_runs`] call, at most (each
@@ -569,20 +570,6 @@ fn interface_index(ip: IpAddr) -> u32 {
     crate::netif::interface_for_addr(ip).map_or(0, |i| i.index)
 }
 
-fn socket_addr(a: &SockaddrStorage) -> Option<SocketAddr> {
-    if let Some(v4) = a.as_sockaddr_in() {
-        return Some(SocketAddr::V4(SocketAddrV4::new(v4.ip(), v4.port())));
-    }
-    a.as_sockaddr_in6().map(|v6| {
-        SocketAddr::V6(SocketAddrV6::new(
-            v6.ip(),
-            v6.port(),
-            v6.flowinfo(),
-            v6.scope_id(),
-        ))
-    })
-}
-
 /// Asks for [`WANTED_BUFFER`] each way: first with the `FORCE` options,
 /// which pass `rmem_max`/`wmem_max` but need CAP_NET_ADMIN, then the plain
 /// ones, which the kernel caps. Returns what it granted.
@@ -616,217 +603,6 @@ impl AsRawFd for RoceSocket {
 impl AsFd for RoceSocket {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.socket.as_fd()
-    }
-}
-
-/// Packets waiting to be sent: fixed slots of `slot_len` bytes, filled at
-/// the end and sent from the start.
-pub struct TxBatch {
-    data: Box<[u8]>,
-    slot_len: usize,
-    lens: Box<[usize]>,
-    dests: Box<[Option<SockaddrStorage>]>,
-    start: usize,
-    end: usize,
-}
-
-impl fmt::Debug for TxBatch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TxBatch")
-            .field("slots", &self.lens.len())
-            .field("slot_len", &self.slot_len)
-            .field("pending", &(self.start..self.end))
-            .finish()
-    }
-}
-
-impl TxBatch {
-    /// `slots` slots (at least 1) of `slot_len` bytes each.
-    pub fn new(slots: usize, slot_len: usize) -> TxBatch {
-        let slots = slots.max(1);
-        TxBatch {
-            data: vec![0; slots * slot_len].into_boxed_slice(),
-            slot_len,
-            lens: vec![0; slots].into_boxed_slice(),
-            dests: vec![None; slots].into_boxed_slice(),
-            start: 0,
-            end: 0,
-        }
-    }
-
-    pub fn slots(&self) -> usize {
-        self.lens.len()
-    }
-
-    pub fn slot_len(&self) -> usize {
-        self.slot_len
-    }
-
-    /// The slots holding packets not yet sent.
-    pub fn pending(&self) -> Range<usize> {
-        self.start..self.end
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.start == self.end
-    }
-
-    /// No free slot is left at the end.
-    pub fn is_full(&self) -> bool {
-        self.end == self.slots()
-    }
-
-    /// The index of the next free slot and its buffer.
-    pub fn free_slot(&mut self) -> Option<(usize, &mut [u8])> {
-        if self.is_full() {
-            return None;
-        }
-        let i = self.end;
-        let at = i * self.slot_len;
-        Some((i, &mut self.data[at..at + self.slot_len]))
-    }
-
-    /// Takes the free slot as a packet of `len` bytes to `dest`. Refused
-    /// (`false`) when there is no free slot or `len` exceeds it.
-    pub fn commit(&mut self, len: usize, dest: SocketAddr) -> bool {
-        if self.is_full() || len > self.slot_len {
-            return false;
-        }
-        self.lens[self.end] = len;
-        self.dests[self.end] = Some(SockaddrStorage::from(dest));
-        self.end += 1;
-        true
-    }
-
-    /// The packet in slot `i` (empty for a slot out of range).
-    pub fn packet(&self, i: usize) -> &[u8] {
-        match self.lens.get(i) {
-            Some(&len) => {
-                let at = i * self.slot_len;
-                &self.data[at..at + len]
-            }
-            None => &[],
-        }
-    }
-
-    /// The packet in slot `i`, to change it in place (its ICRC).
-    pub fn packet_mut(&mut self, i: usize) -> &mut [u8] {
-        match self.lens.get(i) {
-            Some(&len) => {
-                let at = i * self.slot_len;
-                &mut self.data[at..at + len]
-            }
-            None => &mut [],
-        }
-    }
-
-    /// The length of the packet in slot `i` (0 for a slot out of range).
-    pub fn packet_len(&self, i: usize) -> usize {
-        self.lens.get(i).copied().unwrap_or(0)
-    }
-
-    /// Whether slots `i` and `j` go to the same destination.
-    pub fn same_dest(&self, i: usize, j: usize) -> bool {
-        match (self.dests.get(i), self.dests.get(j)) {
-            (Some(Some(a)), Some(Some(b))) => a == b,
-            _ => false,
-        }
-    }
-
-    /// The destination of slot `i`.
-    pub fn dest(&self, i: usize) -> Option<SocketAddr> {
-        self.dests
-            .get(i)
-            .copied()
-            .flatten()
-            .and_then(|a| socket_addr(&a))
-    }
-
-    /// Marks the first `n` pending packets as done (sent or dropped); when
-    /// none is left the batch starts over at slot 0.
-    pub fn consume(&mut self, n: usize) {
-        self.start = self.start.saturating_add(n).min(self.end);
-        if self.start == self.end {
-            self.start = 0;
-            self.end = 0;
-        }
-    }
-}
-
-/// What the kernel said about one received datagram.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct RxMeta {
-    /// Bytes received (of a truncated datagram: what fit).
-    pub len: usize,
-    pub src: Option<SocketAddr>,
-    /// IPv4 TTL or IPv6 hop limit, if the kernel reported it.
-    pub hop_limit: Option<u8>,
-    /// IPv4 TOS or IPv6 traffic class, if the kernel reported it.
-    pub traffic_class: Option<u8>,
-    /// The datagram was longer than the slot (MSG_TRUNC).
-    pub truncated: bool,
-    /// The kernel coalesced several datagrams of this size (the last may
-    /// be shorter) into this one (`UDP_GRO`): see `gso::segments`.
-    pub segment: Option<usize>,
-}
-
-/// Slots for received datagrams, reused by every `recv_batch`.
-pub struct RxBatch {
-    data: Box<[u8]>,
-    slot_len: usize,
-    meta: Box<[RxMeta]>,
-    count: usize,
-}
-
-impl fmt::Debug for RxBatch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RxBatch")
-            .field("slots", &self.meta.len())
-            .field("slot_len", &self.slot_len)
-            .field("count", &self.count)
-            .finish()
-    }
-}
-
-impl RxBatch {
-    /// `slots` slots (1 ..= MAX_BATCH) of `slot_len` bytes each.
-    pub fn new(slots: usize, slot_len: usize) -> RxBatch {
-        let slots = slots.clamp(1, MAX_BATCH);
-        RxBatch {
-            data: vec![0; slots * slot_len].into_boxed_slice(),
-            slot_len,
-            meta: vec![RxMeta::default(); slots].into_boxed_slice(),
-            count: 0,
-        }
-    }
-
-    pub fn slots(&self) -> usize {
-        self.meta.len()
-    }
-
-    pub fn slot_len(&self) -> usize {
-        self.slot_len
-    }
-
-    /// Datagrams the last `recv_batch` received.
-    pub fn len(&self) -> usize {
-        self.count
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.count == 0
-    }
-
-    /// Datagram `i` of the last `recv_batch`: what the kernel said and the
-    /// bytes.
-    pub fn get(&self, i: usize) -> Option<(&RxMeta, &[u8])> {
-        if i >= self.count {
-            return None;
-        }
-        let m = &self.meta[i];
-        let at = i * self.slot_len;
-        let len = m.len.min(self.slot_len);
-        Some((m, &self.data[at..at + len]))
     }
 }
 
