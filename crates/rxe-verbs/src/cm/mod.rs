@@ -18,6 +18,7 @@ mod gsi;
 mod id;
 mod multicast;
 mod parked;
+mod qp_setup;
 pub mod resolve;
 
 pub use agent::{configure, start};
