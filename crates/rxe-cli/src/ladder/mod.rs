@@ -11,6 +11,7 @@
 
 pub mod analyze;
 pub mod bytemap;
+pub mod model;
 pub mod packet;
 pub mod render;
 #[cfg(test)]
@@ -75,7 +76,7 @@ pub fn load(path: &std::path::Path) -> Result<Loaded> {
 
 /// Draws the capture `file` as the page `out`; returns the model the page
 /// shows (for a summary line).
-pub fn write_page(file: &std::path::Path, out: &std::path::Path) -> Result<analyze::Model> {
+pub fn write_page(file: &std::path::Path, out: &std::path::Path) -> Result<model::Model> {
     let loaded = load(file)?;
     let model = analyze::analyze(&loaded.pkts);
     let name = file.file_name().map_or_else(

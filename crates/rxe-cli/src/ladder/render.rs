@@ -4,7 +4,7 @@
 
 use serde_json::{json, Value};
 
-use super::analyze::Model;
+use super::model::Model;
 use super::Loaded;
 
 const HTML: &str = include_str!("page.html");

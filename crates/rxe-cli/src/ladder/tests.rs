@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 
 use rxe_core::wire::{NakCode, Syndrome};
 
-use super::analyze::{analyze, psn_diff, Arrow, Kind, MarkKind, Model};
+use super::analyze::{analyze, psn_diff};
+use super::model::{Arrow, Kind, MarkKind, Model};
 use super::packet::{BthKeys, Pkt};
 
 const A: &str = "10.0.0.1";
