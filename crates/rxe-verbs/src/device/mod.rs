@@ -24,105 +24,18 @@ use crate::error::{Result, VerbsError};
 use crate::event::{AsyncEvent, EventHub};
 use crate::registry;
 
+mod config;
+mod discovery;
+
+pub use config::{DeviceConfig, Probe, Target};
+use discovery::{discover, node_guid, port_attr, qpn_start, Discovered};
+
 /// The device's only port.
 pub const PORT: u8 = 1;
 /// GID table size: one entry per address of the interface.
 pub const GID_TABLE_LEN: u16 = 32;
 /// How often the monitor looks at the host's addresses.
 const MONITOR_PERIOD: Duration = Duration::from_millis(200);
-
-/// What a device sits on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
-    /// Every address of this interface (`-d IFACE`).
-    Interface(String),
-    /// This one local address (`--ip ADDR`): on loopback, 127.0.0.1,
-    /// 127.0.0.2, ... make separate devices.
-    Address(IpAddr),
-}
-
-/// How to add a device.
-#[derive(Debug, Clone)]
-pub struct DeviceConfig {
-    /// `None` takes the first free `rxeN`.
-    pub name: Option<String>,
-    pub target: Target,
-    /// Write every packet sent and received to this pcap file.
-    pub capture: Option<std::path::PathBuf>,
-    /// UDP GSO on send and GRO on receive (rxe-net's `Offload`): on unless
-    /// `RXE_GSO=0` is in the environment ([`DeviceConfig::default_gso`]).
-    /// docs/performance.md has the measurements.
-    pub gso: bool,
-}
-
-/// What a device on a target would report, read from the host without
-/// binding anything ([`DeviceConfig::probe`]): `ibv_get_device_list` and
-/// the queries of a device that is not open yet.
-#[derive(Debug, Clone)]
-pub struct Probe {
-    pub attr: DeviceAttr,
-    pub port: PortAttr,
-    /// The GID table as [`Device::add`] would fill it now.
-    pub gids: Vec<[u8; 16]>,
-    /// The interface's kernel index (0 when unknown).
-    pub ifindex: u32,
-}
-
-impl DeviceConfig {
-    /// Reads what a device on this target would be (node GUID, limits,
-    /// port, GIDs) without binding its sockets, so that a device can be
-    /// listed and queried while another process holds its port.
-    pub fn probe(&self) -> Result<Probe> {
-        let d = match discover(&self.target) {
-            Some(d) => d,
-            None => match &self.target {
-                Target::Interface(n) => return Err(VerbsError::NoSuchInterface(n.clone())),
-                Target::Address(ip) => return Err(VerbsError::AddressNotLocal(*ip)),
-            },
-        };
-        let bind: Vec<IpAddr> = match &self.target {
-            Target::Address(ip) => vec![*ip],
-            Target::Interface(_) => d.addrs.clone(),
-        };
-        let attr = DeviceAttr::rxe(node_guid(d.mac, bind.first().copied()));
-        let state = if d.addrs.is_empty() {
-            PortState::Down
-        } else {
-            PortState::Active
-        };
-        let port = port_attr(state, d.mtu, d.netdev, &attr);
-        Ok(Probe {
-            attr,
-            port,
-            gids: bind.into_iter().map(gid_of).collect(),
-            ifindex: d.ifindex,
-        })
-    }
-
-    pub fn on_address(ip: IpAddr) -> DeviceConfig {
-        DeviceConfig {
-            name: None,
-            target: Target::Address(ip),
-            capture: None,
-            gso: DeviceConfig::default_gso(),
-        }
-    }
-
-    /// Whether devices use UDP GSO/GRO unless told: yes, but for
-    /// `RXE_GSO=0` in the environment.
-    pub fn default_gso() -> bool {
-        std::env::var_os("RXE_GSO").is_none_or(|v| v != "0")
-    }
-
-    pub fn on_interface(name: &str) -> DeviceConfig {
-        DeviceConfig {
-            name: None,
-            target: Target::Interface(name.to_string()),
-            capture: None,
-            gso: DeviceConfig::default_gso(),
-        }
-    }
-}
 
 #[derive(Debug, Clone)]
 struct PortInfo {
@@ -176,111 +89,6 @@ fn bind_error(e: std::io::Error, ip: IpAddr) -> VerbsError {
         std::io::ErrorKind::AddrNotAvailable => VerbsError::AddressNotLocal(ip),
         _ => VerbsError::Io(e),
     }
-}
-
-/// What the host says about a device's target right now.
-struct Discovered {
-    /// The addresses the device should have (none while the interface is
-    /// down or the address is gone).
-    addrs: Vec<IpAddr>,
-    netdev: String,
-    mtu: u32,
-    mac: Option<[u8; 6]>,
-    ifindex: u32,
-}
-
-/// Addresses a device on `target` should have now, with the interface's
-/// name, MTU and MAC; `None` when the interface does not exist.
-fn discover(target: &Target) -> Option<Discovered> {
-    let found = |addrs, i: rxe_net::netif::Interface| Discovered {
-        addrs,
-        netdev: i.name,
-        mtu: i.mtu,
-        mac: i.mac,
-        ifindex: i.index,
-    };
-    match target {
-        Target::Address(ip) => match rxe_net::netif::interface_for_addr(*ip) {
-            Some(i) => {
-                let addrs = if i.up { vec![*ip] } else { vec![] };
-                Some(found(addrs, i))
-            }
-            None => Some(Discovered {
-                addrs: vec![],
-                netdev: String::new(),
-                mtu: 0,
-                mac: None,
-                ifindex: 0,
-            }),
-        },
-        Target::Interface(name) => {
-            let i = rxe_net::netif::list_interfaces()
-                .ok()?
-                .into_iter()
-                .find(|i| &i.name == name)?;
-            let addrs = if i.up {
-                i.addrs
-                    .iter()
-                    .copied()
-                    .filter(|a| match a {
-                        // A link-local IPv6 address needs a scope to bind;
-                        // RoCEv2 between hosts uses routable addresses.
-                        IpAddr::V6(v6) => v6.segments()[0] & 0xffc0 != 0xfe80,
-                        IpAddr::V4(_) => true,
-                    })
-                    .collect()
-            } else {
-                vec![]
-            };
-            Some(found(addrs, i))
-        }
-    }
-}
-
-/// The node GUID: EUI-64 from the MAC; an interface without one (loopback)
-/// gets one made from the device's first address, so that two devices on
-/// loopback differ.
-fn node_guid(mac: Option<[u8; 6]>, first: Option<IpAddr>) -> u64 {
-    match mac {
-        Some(m) if m != [0; 6] => rxe_net::netif::eui64_from_mac(m),
-        _ => {
-            let g = first.map(gid_of).unwrap_or_default();
-            rxe_net::netif::eui64_from_mac([0x02, 0x00, g[12], g[13], g[14], g[15]])
-        }
-    }
-}
-
-/// The port's attributes for a port in `state` on an interface of MTU
-/// `netdev_mtu` (0: unknown, taken as 1500).
-fn port_attr(state: PortState, netdev_mtu: u32, netdev: String, attr: &DeviceAttr) -> PortAttr {
-    PortAttr {
-        state,
-        max_mtu: PathMtu::Mtu4096,
-        active_mtu: rxe_net::netif::mtu_to_ib(if netdev_mtu == 0 { 1500 } else { netdev_mtu }),
-        netdev_mtu,
-        gid_tbl_len: GID_TABLE_LEN,
-        pkey_tbl_len: attr.max_pkeys,
-        max_msg_sz: attr.max_msg_sz,
-        lid: 0,
-        sm_lid: 0,
-        active_width: 1,
-        active_speed: 1,
-        link_layer: LinkLayer::Ethernet,
-        netdev,
-    }
-}
-
-/// Where a new device starts numbering QPs: different each time (std's
-/// randomly keyed hasher over the name and the clock), so that a peer
-/// still retransmitting to a QP of an earlier run does not reach a new QP
-/// with the same number.
-fn qpn_start(name: &str) -> u32 {
-    use std::hash::{BuildHasher, Hash, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    name.hash(&mut h);
-    std::time::SystemTime::now().hash(&mut h);
-    // Keep clear of the top, so that numbers rarely wrap in a session.
-    (h.finish() % 0x80_0000) as u32
 }
 
 impl Device {

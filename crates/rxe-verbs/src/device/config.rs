@@ -1,0 +1,98 @@
+//! What a device is asked to sit on ([`Target`]: an interface or one
+//! address) and how ([`DeviceConfig`]), and what probing the host finds
+//! there ([`Probe`]).
+
+use super::*;
+
+/// What a device sits on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// Every address of this interface (`-d IFACE`).
+    Interface(String),
+    /// This one local address (`--ip ADDR`): on loopback, 127.0.0.1,
+    /// 127.0.0.2, ... make separate devices.
+    Address(IpAddr),
+}
+
+/// How to add a device.
+#[derive(Debug, Clone)]
+pub struct DeviceConfig {
+    /// `None` takes the first free `rxeN`.
+    pub name: Option<String>,
+    pub target: Target,
+    /// Write every packet sent and received to this pcap file.
+    pub capture: Option<std::path::PathBuf>,
+    /// UDP GSO on send and GRO on receive (rxe-net's `Offload`): on unless
+    /// `RXE_GSO=0` is in the environment ([`DeviceConfig::default_gso`]).
+    /// docs/performance.md has the measurements.
+    pub gso: bool,
+}
+
+/// What a device on a target would report, read from the host without
+/// binding anything ([`DeviceConfig::probe`]): `ibv_get_device_list` and
+/// the queries of a device that is not open yet.
+#[derive(Debug, Clone)]
+pub struct Probe {
+    pub attr: DeviceAttr,
+    pub port: PortAttr,
+    /// The GID table as [`Device::add`] would fill it now.
+    pub gids: Vec<[u8; 16]>,
+    /// The interface's kernel index (0 when unknown).
+    pub ifindex: u32,
+}
+
+impl DeviceConfig {
+    /// Reads what a device on this target would be (node GUID, limits,
+    /// port, GIDs) without binding its sockets, so that a device can be
+    /// listed and queried while another process holds its port.
+    pub fn probe(&self) -> Result<Probe> {
+        let d = match discover(&self.target) {
+            Some(d) => d,
+            None => match &self.target {
+                Target::Interface(n) => return Err(VerbsError::NoSuchInterface(n.clone())),
+                Target::Address(ip) => return Err(VerbsError::AddressNotLocal(*ip)),
+            },
+        };
+        let bind: Vec<IpAddr> = match &self.target {
+            Target::Address(ip) => vec![*ip],
+            Target::Interface(_) => d.addrs.clone(),
+        };
+        let attr = DeviceAttr::rxe(node_guid(d.mac, bind.first().copied()));
+        let state = if d.addrs.is_empty() {
+            PortState::Down
+        } else {
+            PortState::Active
+        };
+        let port = port_attr(state, d.mtu, d.netdev, &attr);
+        Ok(Probe {
+            attr,
+            port,
+            gids: bind.into_iter().map(gid_of).collect(),
+            ifindex: d.ifindex,
+        })
+    }
+
+    pub fn on_address(ip: IpAddr) -> DeviceConfig {
+        DeviceConfig {
+            name: None,
+            target: Target::Address(ip),
+            capture: None,
+            gso: DeviceConfig::default_gso(),
+        }
+    }
+
+    /// Whether devices use UDP GSO/GRO unless told: yes, but for
+    /// `RXE_GSO=0` in the environment.
+    pub fn default_gso() -> bool {
+        std::env::var_os("RXE_GSO").is_none_or(|v| v != "0")
+    }
+
+    pub fn on_interface(name: &str) -> DeviceConfig {
+        DeviceConfig {
+            name: None,
+            target: Target::Interface(name.to_string()),
+            capture: None,
+            gso: DeviceConfig::default_gso(),
+        }
+    }
+}
