@@ -1,0 +1,168 @@
+//! The requester's calls the completer makes as responses arrive: the
+//! transport timer's deadline and its retries, go-back-N (`retry_from`,
+//! `rewind`), RNR waits, and taking finished requests off the send queue
+//! (`pop_front`, `fail_front`, the SQ-drained event).
+
+use super::*;
+
+impl Requester {
+    /// When the transport timer fires if armed at `now`: the nominal
+    /// interval, doubled for each retry spent since the last progress, at
+    /// most [`ACK_TIMEOUT_BACKOFF_MAX`] times it.
+    pub(in crate::transport::send) fn ack_deadline(
+        &self,
+        common: &QpCommon,
+        now: Instant,
+    ) -> Option<Instant> {
+        let a = common.config.attrs();
+        let t = a.timeout.and_then(local_ack_timeout)?;
+        let spent = a.retry_cnt.unwrap_or(0).saturating_sub(self.retry_left);
+        let factor = (1u32 << spent.min(7)).min(ACK_TIMEOUT_BACKOFF_MAX);
+        Some(now.saturating_add(t.saturating_mul(factor)))
+    }
+
+    pub(in crate::transport::send) fn reset_retries(&mut self, common: &QpCommon) {
+        let a = common.config.attrs();
+        self.retry_left = a.retry_cnt.unwrap_or(0);
+        self.rnr_left = a.rnr_retry.unwrap_or(0);
+    }
+
+    /// Forward progress at `now`: both retry counters start over, and the
+    /// transport timer restarts if anything is still outstanding.
+    pub(in crate::transport::send) fn progress(&mut self, common: &QpCommon, now: Instant) {
+        self.reset_retries(common);
+        self.rewound_to = None;
+        self.retrans_at = if self.una != self.high && self.rnr_until.is_none() {
+            self.ack_deadline(common, now)
+        } else {
+            None
+        };
+    }
+
+    /// Starts a retransmission from `to`, spending one retry; when none is
+    /// left, the oldest request completes with RETRY_EXC_ERR and the QP
+    /// goes to ERR. A retransmission to the PSN already being retried
+    /// (without progress since) is not started twice.
+    pub(in crate::transport::send) fn retry_from(
+        &mut self,
+        common: &mut QpCommon,
+        counters: &mut Counters,
+        to: Psn,
+    ) {
+        if self.rewound_to == Some(to) {
+            return;
+        }
+        if self.retry_left == 0 {
+            counters.inc(Counter::RetryExceededErr);
+            self.fail_front(common, WcStatus::RetryExcErr);
+            return;
+        }
+        self.retry_left -= 1;
+        counters.inc(Counter::CompleterRetryErr);
+        self.rewind(to);
+        self.rewound_to = Some(to);
+    }
+
+    /// Waits `wait` after an RNR NAK, then resends from the oldest
+    /// unacknowledged PSN; RNR_RETRY_EXC_ERR when the RNR retries are spent
+    /// (`rnr_retry` 7: without end).
+    pub(in crate::transport::send) fn rnr_retry(
+        &mut self,
+        common: &mut QpCommon,
+        counters: &mut Counters,
+        until: Instant,
+    ) {
+        let forever = common.config.attrs().rnr_retry == Some(RNR_RETRY_FOREVER);
+        if !forever {
+            if self.rnr_left == 0 {
+                counters.inc(Counter::RetryRnrExceededErr);
+                self.fail_front(common, WcStatus::RnrRetryExcErr);
+                return;
+            }
+            self.rnr_left -= 1;
+        }
+        self.rnr_until = Some(until);
+        self.retrans_at = None;
+        self.rewind(self.una);
+        // IBTA 9.7.5.2.8: after the RNR wait the requester resends from
+        // the NAK'd PSN. The packets sent after it were in flight: the
+        // responder drops them and may answer with a NAK PSN sequence
+        // error for the same PSN (kernel rxe does). That restates this
+        // rewind; it must not cost a retry, or a receiver that stays empty
+        // for a few RNR rounds ends the QP with RETRY_EXC_ERR.
+        self.rewound_to = Some(self.una);
+    }
+
+    /// Moves the send position back (or forward) to `to`, which lies in a
+    /// started request or is the first PSN of the first request not started.
+    pub(in crate::transport::send) fn rewind(&mut self, to: Psn) {
+        self.psn = to;
+        self.next_pkt = 0;
+        for (i, w) in self.sq.iter().enumerate() {
+            if !w.started {
+                self.next = i;
+                return;
+            }
+            if w.holds(to) {
+                self.next = i;
+                self.next_pkt = w.first_psn.distance_to(to);
+                return;
+            }
+        }
+        self.next = self.sq.len();
+    }
+
+    /// After responses moved `una`: a send position behind it jumps to it.
+    pub(in crate::transport::send) fn fix_position(&mut self) {
+        if self.psn.is_before(self.una) {
+            self.rewind(self.una);
+        }
+    }
+
+    /// Removes the oldest request, keeping `next` on the same request.
+    pub(in crate::transport::send) fn pop_front(&mut self) -> Option<SendWqe> {
+        let w = self.sq.pop_front()?;
+        self.next = self.next.saturating_sub(1);
+        if w.rd_atomic {
+            self.rd_atomic = self.rd_atomic.saturating_sub(1);
+        }
+        Some(w)
+    }
+
+    /// The oldest request completes with `status` and the QP goes to ERR;
+    /// the endpoint then flushes the rest.
+    pub(in crate::transport::send) fn fail_front(
+        &mut self,
+        common: &mut QpCommon,
+        status: WcStatus,
+    ) {
+        if let Some(w) = self.pop_front() {
+            complete(common, &w, status);
+        }
+        self.retrans_at = None;
+        self.rnr_until = None;
+        common.fatal();
+    }
+
+    /// A request that failed locally completes once it is the oldest.
+    pub(in crate::transport::send) fn complete_errors(&mut self, common: &mut QpCommon) {
+        if let Some(status) = self.sq.front().and_then(|w| w.error) {
+            self.fail_front(common, status);
+        }
+    }
+
+    /// In SQD with nothing started and not completed: raise SQ_DRAINED
+    /// once, if the consumer asked for it (IBTA 10.3.1, 11.6.3).
+    pub(in crate::transport::send) fn check_drained(&mut self, common: &mut QpCommon) {
+        if common.state() != QpState::Sqd || self.sqd_notified {
+            return;
+        }
+        if self.sq.iter().any(|w| w.started) {
+            return;
+        }
+        self.sqd_notified = true;
+        if common.config.attrs().en_sqd_async_notify == Some(true) {
+            common.event(AsyncEvent::SqDrained { qpn: common.qpn });
+        }
+    }
+}
