@@ -73,7 +73,7 @@ impl Pd {
             });
         }
         e.counts.ah += 1;
-        self.shared.users.fetch_add(1, Ordering::AcqRel);
+        self.shared.users.acquire();
         Ok(Ah {
             pd: self.clone(),
             av: AddressVector {
@@ -177,7 +177,7 @@ impl Ah {
             return Err(VerbsError::Destroyed(ObjectKind::Ah));
         }
         e.counts.ah -= 1;
-        self.pd.shared.users.fetch_sub(1, Ordering::AcqRel);
+        self.pd.shared.users.release();
         Ok(())
     }
 

@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant as StdInstant};
@@ -52,7 +52,7 @@ pub(crate) struct CqShared {
     cond: Condvar,
     /// QPs that complete into this CQ (a CQ with users cannot be
     /// destroyed).
-    pub users: AtomicUsize,
+    pub(crate) users: crate::use_count::UseCount,
     pub destroyed: AtomicBool,
     hook: Mutex<Option<CqEventHook>>,
 }
@@ -73,7 +73,7 @@ impl CqShared {
             depth,
             state: Mutex::default(),
             cond: Condvar::new(),
-            users: AtomicUsize::new(0),
+            users: crate::use_count::UseCount::new(),
             destroyed: AtomicBool::new(false),
             hook: Mutex::new(None),
         }
@@ -299,14 +299,9 @@ impl Cq {
     pub fn destroy(&self) -> Result<()> {
         self.check_live()?;
         let mut e = self.dev.lock();
-        let users = self.shared.users.load(Ordering::Acquire);
-        if users > 0 {
-            return Err(VerbsError::Busy {
-                kind: ObjectKind::Cq,
-                users,
-                what: "QPs complete into it",
-            });
-        }
+        self.shared
+            .users
+            .check_unused(ObjectKind::Cq, "QPs complete into it")?;
         if self.shared.destroyed.swap(true, Ordering::AcqRel) {
             return Err(VerbsError::Destroyed(ObjectKind::Cq));
         }
@@ -351,6 +346,7 @@ impl Future for Notified<'_> {
 mod tests {
     use super::*;
     use rxe_core::transport::{WcOpcode, WorkQueue};
+    use std::sync::atomic::AtomicUsize;
 
     fn wc(queue: WorkQueue) -> WorkCompletion {
         WorkCompletion::new(1, WcStatus::Success, WcOpcode::Send, 7, queue)

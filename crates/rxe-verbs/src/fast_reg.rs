@@ -58,7 +58,7 @@ impl Pd {
             .register_as(self.shared.id, 0, AccessFlags::empty(), buf, true)?;
         // Free until a REG_MR registers it.
         first.valid.store(false, Ordering::Release);
-        self.shared.users.fetch_add(1, Ordering::AcqRel);
+        self.shared.users.acquire();
         Ok(FastRegMr {
             pd: self.clone(),
             first,
@@ -188,7 +188,7 @@ impl FastRegMr {
             .ok_or(VerbsError::Destroyed(ObjectKind::Mr))?;
         gone.registered.store(false, Ordering::Release);
         self.first.registered.store(false, Ordering::Release);
-        self.pd.shared.users.fetch_sub(1, Ordering::AcqRel);
+        self.pd.shared.users.release();
         Ok(())
     }
 }

@@ -50,6 +50,7 @@ pub mod qp;
 mod registry;
 pub mod shared_buffer;
 pub mod srq;
+mod use_count;
 
 pub use ah::{ah_attr_from_wc, Ah, AhAttr};
 pub use attr::{

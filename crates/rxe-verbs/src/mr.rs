@@ -36,7 +36,7 @@ impl std::fmt::Debug for Mr {
 }
 
 fn used_pd(pd: &PdShared) {
-    pd.users.fetch_add(1, Ordering::AcqRel);
+    pd.users.acquire();
 }
 
 impl Pd {
@@ -266,7 +266,7 @@ impl Mr {
         {
             return Err(VerbsError::Destroyed(ObjectKind::Mr));
         }
-        self.pd.shared.users.fetch_sub(1, Ordering::AcqRel);
+        self.pd.shared.users.release();
         drop(e);
         Ok(())
     }

@@ -58,7 +58,7 @@ impl Pd {
             });
         }
         let key = e.mem.windows_mut().alloc(self.shared.id, ty)?;
-        self.shared.users.fetch_add(1, Ordering::AcqRel);
+        self.shared.users.acquire();
         drop(e);
         Ok(Mw {
             pd: self.clone(),
@@ -188,7 +188,7 @@ impl Mw {
             return Err(VerbsError::Destroyed(ObjectKind::Mw));
         }
         e.mem.windows_mut().dealloc(self.shared.key)?;
-        self.pd.shared.users.fetch_sub(1, Ordering::AcqRel);
+        self.pd.shared.users.release();
         Ok(())
     }
 }

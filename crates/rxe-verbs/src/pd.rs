@@ -3,7 +3,7 @@
 //! memory regions of its own PD, for its local scatter/gather lists and for
 //! remote requests alike (IBTA 10.2.3, 10.6.3).
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::device::{Device, DeviceShared};
@@ -13,7 +13,7 @@ use crate::error::{ObjectKind, Result, VerbsError};
 pub(crate) struct PdShared {
     pub id: u32,
     /// MRs, QPs, AHs and SRQs allocated in it.
-    pub users: AtomicUsize,
+    pub(crate) users: crate::use_count::UseCount,
     pub destroyed: AtomicBool,
 }
 
@@ -21,7 +21,7 @@ impl PdShared {
     pub fn new(id: u32) -> PdShared {
         PdShared {
             id,
-            users: AtomicUsize::new(0),
+            users: crate::use_count::UseCount::new(),
             destroyed: AtomicBool::new(false),
         }
     }
@@ -92,14 +92,10 @@ impl Pd {
     pub fn dealloc(&self) -> Result<()> {
         self.check_live()?;
         let mut e = self.dev.lock();
-        let users = self.shared.users.load(Ordering::Acquire);
-        if users > 0 {
-            return Err(VerbsError::Busy {
-                kind: ObjectKind::Pd,
-                users,
-                what: "MRs, MWs, QPs, AHs or SRQs are allocated in it",
-            });
-        }
+        self.shared.users.check_unused(
+            ObjectKind::Pd,
+            "MRs, MWs, QPs, AHs or SRQs are allocated in it",
+        )?;
         if self.shared.destroyed.swap(true, Ordering::AcqRel) {
             return Err(VerbsError::Destroyed(ObjectKind::Pd));
         }

@@ -148,11 +148,11 @@ impl Pd {
                 recv_cq: init.recv_cq.shared.clone(),
             },
         );
-        self.shared.users.fetch_add(1, Ordering::AcqRel);
-        init.send_cq.shared.users.fetch_add(1, Ordering::AcqRel);
-        init.recv_cq.shared.users.fetch_add(1, Ordering::AcqRel);
+        self.shared.users.acquire();
+        init.send_cq.shared.users.acquire();
+        init.recv_cq.shared.users.acquire();
         if let Some(s) = init.srq {
-            s.shared.users.fetch_add(1, Ordering::AcqRel);
+            s.shared.users.acquire();
         }
         Ok(Qp {
             pd: self.clone(),
@@ -312,11 +312,11 @@ impl Qp {
         e.ep.destroy_qp(self.shared.qpn)?;
         e.routes.remove(&self.shared.qpn);
         e.counts.qp -= 1;
-        self.pd.shared.users.fetch_sub(1, Ordering::AcqRel);
-        self.shared.send_cq.users.fetch_sub(1, Ordering::AcqRel);
-        self.shared.recv_cq.users.fetch_sub(1, Ordering::AcqRel);
+        self.pd.shared.users.release();
+        self.shared.send_cq.users.release();
+        self.shared.recv_cq.users.release();
         if let Some(s) = &self.shared.srq {
-            s.users.fetch_sub(1, Ordering::AcqRel);
+            s.users.release();
         }
         Ok(())
     }

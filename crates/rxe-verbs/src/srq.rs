@@ -2,7 +2,7 @@
 //! for many QPs, with a low-water mark (the limit) that raises an event when
 //! the pool runs low.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use rxe_core::transport::RecvWr;
@@ -34,7 +34,7 @@ impl Default for SrqInitAttr {
 pub(crate) struct SrqShared {
     pub srqn: u32,
     /// QPs attached to it.
-    pub users: AtomicUsize,
+    pub(crate) users: crate::use_count::UseCount,
     pub destroyed: AtomicBool,
 }
 
@@ -84,12 +84,12 @@ impl Pd {
             srq_limit: attr.srq_limit,
         })?;
         e.counts.srq += 1;
-        self.shared.users.fetch_add(1, Ordering::AcqRel);
+        self.shared.users.acquire();
         Ok(Srq {
             pd: self.clone(),
             shared: Arc::new(SrqShared {
                 srqn,
-                users: AtomicUsize::new(0),
+                users: crate::use_count::UseCount::new(),
                 destroyed: AtomicBool::new(false),
             }),
         })
@@ -150,18 +150,13 @@ impl Srq {
     pub fn destroy(&self) -> Result<()> {
         self.check_live()?;
         let mut e = self.pd.dev.lock();
-        let users = self.shared.users.load(Ordering::Acquire);
-        if users > 0 {
-            return Err(VerbsError::Busy {
-                kind: ObjectKind::Srq,
-                users,
-                what: "QPs take their receives from it",
-            });
-        }
+        self.shared
+            .users
+            .check_unused(ObjectKind::Srq, "QPs take their receives from it")?;
         e.ep.destroy_srq(self.shared.srqn)?;
         self.shared.destroyed.store(true, Ordering::Release);
         e.counts.srq -= 1;
-        self.pd.shared.users.fetch_sub(1, Ordering::AcqRel);
+        self.pd.shared.users.release();
         Ok(())
     }
 }
