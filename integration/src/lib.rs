@@ -4,6 +4,7 @@
 pub mod forge;
 pub mod hostile;
 pub mod lossy_relay;
+pub mod netns;
 pub mod peer;
 pub mod tshark;
 pub mod verbs_harness;

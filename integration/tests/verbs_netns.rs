@@ -35,45 +35,14 @@ fn wait_for(events: &Arc<Mutex<Vec<AsyncEvent>>>, want: AsyncEvent) {
 
 #[test]
 fn port_and_gid_events_follow_the_hosts_addresses() {
-    if std::env::var_os("RXE_SKIP_NETNS").is_some() {
-        eprintln!("SKIPPED: RXE_SKIP_NETNS is set");
-        return;
-    }
-    let ns = format!("rxe-it-{}", std::process::id());
-    let created = Command::new("ip").args(["netns", "add", &ns]).status();
-    match created {
-        Ok(s) if s.success() => {}
-        other => panic!(
-            "cannot create a network namespace ({other:?}): this test needs root and iproute2; \
-             set RXE_SKIP_NETNS=1 to skip it"
-        ),
-    }
-    let exe = std::env::current_exe().unwrap();
-    let out = Command::new("ip")
-        .args(["netns", "exec", &ns])
-        .arg(&exe)
-        .args(["--exact", "inner_port_events", "--ignored", "--nocapture"])
-        .env("RXE_IN_NETNS", "1")
-        .output()
-        .expect("ip netns exec");
-    let _ = Command::new("ip").args(["netns", "del", &ns]).status();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "inner test failed:\n{text}");
-    assert!(text.contains("1 passed"), "inner test did not run:\n{text}");
+    rxe_integration::netns::run_inner_test("rxe-it", "inner_port_events");
 }
 
 /// Runs inside the namespace only (the outer test starts it).
 #[test]
 #[ignore = "run by port_and_gid_events_follow_the_hosts_addresses inside a namespace"]
 fn inner_port_events() {
-    assert!(
-        std::env::var_os("RXE_IN_NETNS").is_some(),
-        "run only inside the test's namespace"
-    );
+    rxe_integration::netns::assert_inside();
     sh("ip link set lo up");
     sh("ip link add v0 type veth peer name v1");
     sh("ip link set v1 up && ip link set v0 up");

@@ -97,45 +97,14 @@ fn packet(psn: u32, len: usize) -> Vec<u8> {
 
 #[test]
 fn gso_segments_carry_the_ids_their_icrcs_were_sealed_for() {
-    if std::env::var_os("RXE_SKIP_NETNS").is_some() {
-        eprintln!("SKIPPED: RXE_SKIP_NETNS is set");
-        return;
-    }
-    let ns = format!("rxe-gso-{}", std::process::id());
-    let created = Command::new("ip").args(["netns", "add", &ns]).status();
-    match created {
-        Ok(s) if s.success() => {}
-        other => panic!(
-            "cannot create a network namespace ({other:?}): this test needs root and iproute2; \
-             set RXE_SKIP_NETNS=1 to skip it"
-        ),
-    }
-    let exe = std::env::current_exe().unwrap();
-    let out = Command::new("ip")
-        .args(["netns", "exec", &ns])
-        .arg(&exe)
-        .args(["--exact", "inner_gso_ids", "--ignored", "--nocapture"])
-        .env("RXE_IN_NETNS", "1")
-        .output()
-        .expect("ip netns exec");
-    let _ = Command::new("ip").args(["netns", "del", &ns]).status();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "inner test failed:\n{text}");
-    assert!(text.contains("1 passed"), "inner test did not run:\n{text}");
+    rxe_integration::netns::run_inner_test("rxe-gso", "inner_gso_ids");
 }
 
 /// Runs inside the namespace only (the outer test starts it).
 #[test]
 #[ignore = "run by gso_segments_carry_the_ids_their_icrcs_were_sealed_for inside a namespace"]
 fn inner_gso_ids() {
-    assert!(
-        std::env::var_os("RXE_IN_NETNS").is_some(),
-        "run only inside the test's namespace"
-    );
+    rxe_integration::netns::assert_inside();
     for tool in ["ethtool", "dumpcap"] {
         assert!(
             Command::new("sh")
