@@ -486,11 +486,11 @@ fn a_second_process_on_a_busy_address_is_told_what_to_do() {
     drop(first);
 }
 
-#[test]
-fn bad_input_from_c_fails_as_rdma_core_does() {
-    let _serial = serial();
-    // A C program built against the installed verbs.h and libibverbs.so
-    // (the real one), run over rxe's library: the drop-in case.
+/// Builds `tests/c/NAME.c` against the installed verbs.h and libibverbs.so
+/// (the real ones) and runs it under `rxe exec --ip ADDR` (the drop-in
+/// case); it must print only "OK". Skipped without verbs.h only when
+/// RXE_SKIP_IBVERBS_TOOLS=1.
+fn c_program_prints_ok(name: &str, addr: &str) {
     if !Path::new("/usr/include/infiniband/verbs.h").exists() {
         if std::env::var("RXE_SKIP_IBVERBS_TOOLS").as_deref() == Ok("1") {
             eprintln!("SKIPPED: no verbs.h (RXE_SKIP_IBVERBS_TOOLS=1)");
@@ -498,10 +498,10 @@ fn bad_input_from_c_fails_as_rdma_core_does() {
         }
         panic!("no /usr/include/infiniband/verbs.h: install libibverbs-dev (scripts/setup.sh), or set RXE_SKIP_IBVERBS_TOOLS=1");
     }
-    let dir = std::env::temp_dir().join(format!("rxe-bad-input-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("rxe-c-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let exe = dir.join("bad_input");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/bad_input.c");
+    let exe = dir.join(name);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
     let cc = Command::new("cc")
         .args(["-Wall", "-o"])
         .arg(&exe)
@@ -514,9 +514,15 @@ fn bad_input_from_c_fails_as_rdma_core_does() {
         "{}",
         String::from_utf8_lossy(&cc.stderr)
     );
-    let f = exec("127.0.110.20", exe.to_str().unwrap(), &[]).finish(T);
+    let f = exec(addr, exe.to_str().unwrap(), &[]).finish(T);
     assert!(f.ok() && f.stdout == ["OK"], "{f:#?}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn bad_input_from_c_fails_as_rdma_core_does() {
+    let _serial = serial();
+    c_program_prints_ok("bad_input", "127.0.110.20");
 }
 
 #[test]
@@ -526,32 +532,7 @@ fn memory_windows_and_atomic_write_from_c() {
     // they reach rxe through the context's ops; IBV_WR_BIND_MW,
     // IBV_WR_LOCAL_INV, ibv_wr_bind_mw and ibv_wr_local_inv through
     // post_send and the extended QP.
-    if !Path::new("/usr/include/infiniband/verbs.h").exists() {
-        if std::env::var("RXE_SKIP_IBVERBS_TOOLS").as_deref() == Ok("1") {
-            eprintln!("SKIPPED: no verbs.h (RXE_SKIP_IBVERBS_TOOLS=1)");
-            return;
-        }
-        panic!("no /usr/include/infiniband/verbs.h: install libibverbs-dev (scripts/setup.sh), or set RXE_SKIP_IBVERBS_TOOLS=1");
-    }
-    let dir = std::env::temp_dir().join(format!("rxe-mw-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let exe = dir.join("memory_windows");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/memory_windows.c");
-    let cc = Command::new("cc")
-        .args(["-Wall", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .arg("-libverbs")
-        .output()
-        .expect("cc runs");
-    assert!(
-        cc.status.success(),
-        "{}",
-        String::from_utf8_lossy(&cc.stderr)
-    );
-    let f = exec("127.0.0.186", exe.to_str().unwrap(), &[]).finish(T);
-    assert!(f.ok() && f.stdout == ["OK"], "{f:#?}");
-    std::fs::remove_dir_all(&dir).unwrap();
+    c_program_prints_ok("memory_windows", "127.0.0.186");
 }
 
 #[test]
