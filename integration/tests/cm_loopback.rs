@@ -473,6 +473,14 @@ fn multicast_join_send_and_leave() {
     rqp.destroy().unwrap();
     tid.destroy().unwrap();
     assert!(tid.multicast_groups().is_empty());
+    // rdma_destroy_qp before the leave: the QP is detached for its
+    // destroy; the leave that follows still succeeds.
+    let (_ch2, id2, qp2) = ud_id(&rx, "127.0.140.50");
+    id2.join_multicast(group, false).unwrap();
+    assert!(qp2.destroy().is_err());
+    let q = id2.detach_qp().expect("the ID's QP");
+    q.destroy().unwrap();
+    id2.leave_multicast(group).unwrap();
     let _ = (rid, tqp);
 }
 

@@ -463,8 +463,32 @@ impl CmId {
     }
 
     /// Forgets the ID's QP (`rdma_destroy_qp`: the caller destroys it).
+    /// The multicast groups the ID's joins attached it to are detached
+    /// first, so that it can be destroyed (the kernel would refuse with
+    /// EBUSY and leak the QP); the ID stays joined, and a later leave has
+    /// no QP to detach.
     pub fn detach_qp(&self) -> Option<Qp> {
-        self.lock().qp.take()
+        let (qp, groups) = {
+            let mut st = self.lock();
+            let groups: Vec<IpAddr> = st
+                .mcast
+                .iter_mut()
+                .filter(|j| j.attached)
+                .map(|j| {
+                    j.attached = false;
+                    j.group
+                })
+                .collect();
+            (st.qp.take(), groups)
+        };
+        if let Some(q) = &qp {
+            for g in groups {
+                if let Err(e) = q.detach_mcast(gid_of(g)) {
+                    tracing::debug!(group = %g, error = %e, "detaching the ID's QP");
+                }
+            }
+        }
+        qp
     }
 
     /// `rdma_connect`: sends the REQ. With a QP, the REP takes it to RTR
