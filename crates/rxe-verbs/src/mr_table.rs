@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
 use rxe_core::transport::{
-    atomic_by_copy, is_window_key, validate, validate_fast_reg, validate_invalidate,
-    validate_local_invalidate, AccessFlags, AtomicOp, Key, KeyTable, MemError, MemoryAccess,
-    MwBind, QpRef, RegMr, Region, RegionInfo, WindowTable,
+    atomic_by_copy, invalidate_key, is_window_key, validate, validate_fast_reg, AccessFlags,
+    AtomicOp, Key, KeyTable, MemError, MemoryAccess, MwBind, QpRef, RegMr, Region, RegionInfo,
+    WindowTable,
 };
 
 use crate::shared_buffer::RegionBytes;
@@ -118,25 +118,22 @@ impl MrTable {
         &mut self.windows
     }
 
-    /// Invalidates the region `key` names if `rule` allows it and no
-    /// window is bound to it (kernel rxe moves the MR to its "free" state
-    /// the same way).
-    fn invalidate_region(
-        &mut self,
-        key: Key,
-        pd: u32,
-        rule: fn(&RegionInfo, Key, u32) -> Result<(), MemError>,
-    ) -> Result<(), MemError> {
-        let (_, mr) = self
+    /// SEND with Invalidate (`remote`) or LOCAL_INV of `key`
+    /// ([`invalidate_key`]'s rules): an invalidated region answers to no
+    /// key until its owner deregisters it (kernel rxe moves the MR to its
+    /// "free" state the same way).
+    fn invalidate_key(&mut self, key: Key, qp: QpRef, remote: bool) -> Result<(), MemError> {
+        let region = self
             .regions
             .by_index(key)
             .filter(|(_, mr)| mr.valid.load(Relaxed))
-            .ok_or(MemError::InvalidKey { key })?;
-        rule(&mr.info, key, pd)?;
-        if self.windows.windows_on(key) > 0 {
-            return Err(MemError::Busy { key });
+            .map(|(_, mr)| mr.clone());
+        let info = region.as_ref().map(|mr| mr.info);
+        if invalidate_key(&mut self.windows, info.as_ref(), key, qp, remote)? {
+            if let Some(mr) = region {
+                mr.valid.store(false, Relaxed);
+            }
         }
-        mr.valid.store(false, Relaxed);
         Ok(())
     }
 
@@ -152,17 +149,11 @@ impl MemoryAccess for MrTable {
     /// window becomes free. The responder calls this before it makes the
     /// receive completion.
     fn invalidate(&mut self, rkey: Key, qp: QpRef) -> Result<(), MemError> {
-        if is_window_key(rkey) {
-            return self.windows.invalidate(rkey, qp, true);
-        }
-        self.invalidate_region(rkey, qp.pd, validate_invalidate)
+        self.invalidate_key(rkey, qp, true)
     }
 
     fn local_invalidate(&mut self, key: Key, qp: QpRef) -> Result<(), MemError> {
-        if is_window_key(key) {
-            return self.windows.invalidate(key, qp, false);
-        }
-        self.invalidate_region(key, qp.pd, validate_local_invalidate)
+        self.invalidate_key(key, qp, false)
     }
 
     /// REG_MR: the region gets its new key, address, length and rights

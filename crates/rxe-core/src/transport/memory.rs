@@ -53,7 +53,7 @@
 
 use core::ops::Range;
 
-use super::window::{BindError, MwBind, QpRef};
+use super::window::{is_window_key, BindError, MwBind, QpRef, WindowTable};
 use crate::transport::qp::AccessFlags;
 use crate::wire::aeth::NakCode;
 
@@ -400,6 +400,35 @@ pub fn validate_local_invalidate(info: &RegionInfo, key: Key, pd: u32) -> Result
         return Err(MemError::NotInvalidatable { key });
     }
     Ok(())
+}
+
+/// The invalidation every [`MemoryAccess`] makes, for SEND with Invalidate
+/// (`remote`) and LOCAL_INV: a window's key goes to the window table; a
+/// region (`region`: the one the key's index names, if it still answers
+/// to keys) must pass [`validate_invalidate`] or
+/// [`validate_local_invalidate`] and have no window bound to it.
+/// `Ok(true)`: the caller now marks that region invalid.
+pub fn invalidate_key(
+    windows: &mut WindowTable,
+    region: Option<&RegionInfo>,
+    key: Key,
+    qp: QpRef,
+    remote: bool,
+) -> Result<bool, MemError> {
+    if is_window_key(key) {
+        windows.invalidate(key, qp, remote)?;
+        return Ok(false);
+    }
+    let info = region.ok_or(MemError::InvalidKey { key })?;
+    if remote {
+        validate_invalidate(info, key, qp.pd)?;
+    } else {
+        validate_local_invalidate(info, key, qp.pd)?;
+    }
+    if windows.windows_on(key) > 0 {
+        return Err(MemError::Busy { key });
+    }
+    Ok(true)
 }
 
 /// A fast registration (the REG_MR work request, `IB_WR_REG_MR` in the

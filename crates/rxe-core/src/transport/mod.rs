@@ -87,8 +87,8 @@ pub use error::{EndpointError, PostError};
 pub use io::{RecvMeta, Transmit};
 pub use key_table::KeyTable;
 pub use memory::{
-    atomic_by_copy, validate, validate_fast_reg, validate_invalidate, validate_local_invalidate,
-    AtomicOp, Key, MemError, MemoryAccess, RegMr, Region, RegionInfo,
+    atomic_by_copy, invalidate_key, validate, validate_fast_reg, validate_invalidate,
+    validate_local_invalidate, AtomicOp, Key, MemError, MemoryAccess, RegMr, Region, RegionInfo,
 };
 pub use multicast::{
     is_multicast_gid, McastError, McastGroups, MAX_GROUPS as MAX_MCAST_GROUPS,

@@ -157,24 +157,18 @@ impl VecMemory {
         &mut self.windows
     }
 
-    /// Invalidates the region `key` names if `rule` allows it.
-    fn invalidate_region(
-        &mut self,
-        key: Key,
-        pd: u32,
-        rule: fn(&RegionInfo, Key, u32) -> Result<(), MemError>,
-    ) -> Result<(), MemError> {
-        let (_, e) = self
+    /// SEND with Invalidate (`remote`) or LOCAL_INV of `key`
+    /// ([`invalidate_key`]'s rules).
+    fn invalidate_key(&mut self, key: Key, qp: QpRef, remote: bool) -> Result<(), MemError> {
+        let region = self
             .regions
             .by_index(key)
             .filter(|(_, e)| e.valid)
-            .ok_or(MemError::InvalidKey { key })?;
-        rule(&e.info, key, pd)?;
-        if self.windows.windows_on(key) > 0 {
-            return Err(MemError::Busy { key });
-        }
-        if let Some(e) = self.regions.get_mut(key) {
-            e.valid = false;
+            .map(|(_, e)| e.info);
+        if invalidate_key(&mut self.windows, region.as_ref(), key, qp, remote)? {
+            if let Some(e) = self.regions.get_mut(key) {
+                e.valid = false;
+            }
         }
         Ok(())
     }
@@ -235,17 +229,11 @@ impl MemoryAccess for VecMemory {
     }
 
     fn invalidate(&mut self, rkey: Key, qp: QpRef) -> Result<(), MemError> {
-        if is_window_key(rkey) {
-            return self.windows.invalidate(rkey, qp, true);
-        }
-        self.invalidate_region(rkey, qp.pd, validate_invalidate)
+        self.invalidate_key(rkey, qp, true)
     }
 
     fn local_invalidate(&mut self, key: Key, qp: QpRef) -> Result<(), MemError> {
-        if is_window_key(key) {
-            return self.windows.invalidate(key, qp, false);
-        }
-        self.invalidate_region(key, qp.pd, validate_local_invalidate)
+        self.invalidate_key(key, qp, false)
     }
 
     fn check_whole(&self, key: Key, qp: QpRef, needed: AccessFlags) -> Result<Region, MemError> {
