@@ -38,12 +38,18 @@ fn pair_args(srv: &str, server: &[&str], cli: &str, client: &[&str]) -> (Finishe
 /// `rxe exec --ip ADDR ARGS` (options, `--`, the program), once the
 /// library has logged that it listens.
 fn listening(addr: &str, args: &[&str]) -> Rxe {
+    spawn_ready(addr, args, "rxe_verbs::cm::id=info", "CM listening")
+}
+
+/// `rxe exec --ip ADDR ARGS` with `RXE_LOG=log`, once `ready` is on its
+/// stderr (C stdio buffers the program's own output in a pipe).
+fn spawn_ready(addr: &str, args: &[&str], log: &str, ready: &str) -> Rxe {
     let mut a = vec!["exec", "--ip", addr];
     a.extend_from_slice(args);
-    let mut s = Rxe::spawn_with_env(&a, &[("RXE_LOG", "rxe_verbs::cm::id=info")]);
-    if !s.wait_for_stderr("CM listening", Duration::from_secs(30)) {
+    let mut s = Rxe::spawn_with_env(&a, &[("RXE_LOG", log)]);
+    if !s.wait_for_stderr(ready, Duration::from_secs(30)) {
         let f = s.finish(Duration::from_secs(5));
-        panic!("the server never listened: {f:#?}");
+        panic!("no {ready:?} from {args:?}: {f:#?}");
     }
     s
 }
@@ -327,14 +333,9 @@ fn udaddy_resolves_ud_services_with_sidr() {
 /// `rxe exec --ip ADDR -- mckey ARGS`, once its device has joined the
 /// multicast group on the host.
 fn mckey_joined(addr: &str, args: &[&str]) -> Rxe {
-    let mut a = vec!["exec", "--ip", addr, "--", "mckey"];
+    let mut a = vec!["--", "mckey"];
     a.extend_from_slice(args);
-    let mut r = Rxe::spawn_with_env(&a, &[("RXE_LOG", "rxe_net::port=info")]);
-    if !r.wait_for_stderr("multicast group joined", Duration::from_secs(30)) {
-        let f = r.finish(Duration::from_secs(5));
-        panic!("mckey never joined: {f:#?}");
-    }
-    r
+    spawn_ready(addr, &a, "rxe_net::port=info", "multicast group joined")
 }
 
 #[test]

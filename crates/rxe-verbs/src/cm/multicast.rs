@@ -28,11 +28,9 @@ use crate::cm::PortSpace;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Joined {
     pub group: IpAddr,
-    /// Send-only joins attach no QP (librdmacm's
-    /// `RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER`).
-    pub send_only: bool,
     /// Whether the ID's QP was attached by the join (and is detached by
-    /// the leave).
+    /// the leave); a send-only join (librdmacm's
+    /// `RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER`) attaches none.
     pub attached: bool,
 }
 
@@ -68,11 +66,7 @@ impl CmId {
             }
             None => false,
         };
-        self.lock().mcast.push(Joined {
-            group,
-            send_only,
-            attached,
-        });
+        self.lock().mcast.push(Joined { group, attached });
         let av = AddressVector {
             dgid: mgid,
             sgid_index,
