@@ -50,7 +50,8 @@
 //!   active, a REP: `ConnectResponse` without a QP), a duplicate of it
 //!   gets an MRA with Service Timeout [`CmConfig::mra_service_timeout`]
 //!   (24: about 67 s), and the peer waits that long instead of giving up
-//!   after its retries. This is what Linux's rdma_cm does: it marks each
+//!   after its retries (IBTA 12.6.6, the MRA; the number not checked
+//!   against the text). This is what Linux's rdma_cm does: it marks each
 //!   REQ it hands a consumer as MRA'd with a delay flag, which sends the
 //!   MRA only when a duplicate comes (so rping.pcap, with a quick accept,
 //!   has none).
