@@ -22,7 +22,33 @@ use rxe_integration::peer::*;
 /// listening" log line (`RXE_LOG`): (child, a receiver that says when it
 /// came).
 fn host_tool(cmd: &str, secs: u64) -> (std::process::Child, std::sync::mpsc::Receiver<()>) {
-    host_tool_ready(cmd, secs, "rxe_verbs::cm::id=info", "CM listening")
+    host_tool_ready(cmd, secs, "rxe_verbs::cm::id=info", "CM listening", &[])
+}
+
+/// How long the shim `integration/c/connect_delay.c` holds back every
+/// `rdma_connect` after a process's first, on a retried run.
+const CONNECT_DELAY_MS: &str = "1500";
+
+/// `integration/c/connect_delay.c`, built once for this test binary.
+fn connect_delay_shim() -> &'static std::path::Path {
+    static SHIM: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    SHIM.get_or_init(|| {
+        let so = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("connect_delay.so");
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("c/connect_delay.c");
+        let cc = Command::new("cc")
+            .args(["-O1", "-Wall", "-Werror", "-shared", "-fPIC", "-o"])
+            .arg(&so)
+            .arg(&src)
+            .arg("-ldl")
+            .output()
+            .expect("cc");
+        assert!(
+            cc.status.success(),
+            "{}",
+            String::from_utf8_lossy(&cc.stderr)
+        );
+        so
+    })
 }
 
 /// [`host_tool`] with another log filter and ready line.
@@ -31,6 +57,7 @@ fn host_tool_ready(
     secs: u64,
     log: &str,
     ready: &'static str,
+    env: &[(&str, &std::ffi::OsStr)],
 ) -> (std::process::Child, std::sync::mpsc::Receiver<()>) {
     let mut child = Command::new("timeout")
         .arg(secs.to_string())
@@ -39,6 +66,7 @@ fn host_tool_ready(
         .args(["exec", "--ip", HOST_IP, "--"])
         .args(cmd.split_whitespace())
         .env("RXE_LOG", log)
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -92,8 +120,11 @@ fn guest_clean() {
 /// With the guest serving, a run may be tried `tries` times: perftest's
 /// `-R` connects twice in a row, and the kernel refuses the second REQ
 /// (REJ reason 8) if the emulated guest has not listened again yet; the
-/// tool then gives up, with its server waiting. (rxe's own CM holds such
-/// a REQ for a moment instead, so the other direction needs no retry.)
+/// tool then gives up, with its server waiting. The first try runs the
+/// tools as they are; a retry preloads `integration/c/connect_delay.c`,
+/// which holds the host's second `rdma_connect` back for a moment, as a
+/// slower client would. (rxe's own CM holds such a REQ for a moment
+/// instead, so the other direction needs no retry.)
 fn both_ways(server: &str, client: &str, port: u16, done: &str, tries: u32) {
     if !require_peer() {
         return;
@@ -106,7 +137,22 @@ fn both_ways(server: &str, client: &str, port: u16, done: &str, tries: u32) {
         attempt += 1;
         let job = GuestJob::start(&server.replace("ADDR", GUEST_IP));
         assert!(guest_listens(port), "the guest's {server} did not listen");
-        let (child, _) = host_tool(&client.replace("ADDR", GUEST_IP), 120);
+        let client_cmd = client.replace("ADDR", GUEST_IP);
+        let (child, _) = if attempt == 1 {
+            host_tool(&client_cmd, 120)
+        } else {
+            let shim = connect_delay_shim().as_os_str();
+            host_tool_ready(
+                &client_cmd,
+                120,
+                "rxe_verbs::cm::id=info",
+                "CM listening",
+                &[
+                    ("LD_PRELOAD", shim),
+                    ("RXE_TEST_CONNECT_DELAY_MS", CONNECT_DELAY_MS.as_ref()),
+                ],
+            )
+        };
         let (hs, hout) = finish(child);
         if hs != 0 && attempt < tries {
             eprintln!("{client} -> guest: host exit {hs}, trying again\n{hout}");
@@ -244,6 +290,7 @@ fn mckey_multicast_with_the_kernels_rdma_cm() {
         60,
         "rxe_net::port=info",
         "multicast group joined",
+        &[],
     );
     assert!(
         joined.recv_timeout(Duration::from_secs(30)).is_ok(),

@@ -13,7 +13,8 @@
 //! `libibverbs.so`, ...; the loader wants their SONAMEs, so a directory of
 //! `.so.1` links is made under the temporary directory. The program then
 //! runs with that directory first in `LD_LIBRARY_PATH` and the three
-//! libraries in `LD_PRELOAD` (which also beats an RPATH).
+//! libraries in `LD_PRELOAD` (which also beats an RPATH), after whatever
+//! the caller preloads already.
 
 use std::ffi::OsString;
 use std::net::IpAddr;
@@ -180,6 +181,16 @@ fn prepend(var: &str, value: &str, sep: char) -> String {
     }
 }
 
+/// `value` after what `var` already holds: the caller's own preloads keep
+/// their precedence, so a tracer or test shim that defines `ibv_*` or
+/// `rdma_*` functions still interposes on rxe's libraries.
+fn append(var: &str, value: &str, sep: char) -> String {
+    match std::env::var(var) {
+        Ok(old) if !old.is_empty() => format!("{old}{sep}{value}"),
+        _ => value.to_string(),
+    }
+}
+
 pub fn run(args: &Args) -> Result<ExitCode> {
     let raw: Vec<String> = std::env::args().collect();
     let mut targets = ordered_targets(args, &raw);
@@ -207,7 +218,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             "LD_LIBRARY_PATH".into(),
             prepend("LD_LIBRARY_PATH", &d, ':'),
         ),
-        ("LD_PRELOAD".into(), prepend("LD_PRELOAD", &preload, ' ')),
+        ("LD_PRELOAD".into(), append("LD_PRELOAD", &preload, ' ')),
     ];
     if let Some(p) = &args.pcap {
         env.push(("RXE_IBV_PCAP".into(), p.display().to_string()));
