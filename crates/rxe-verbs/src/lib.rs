@@ -47,6 +47,7 @@ mod mr_table;
 pub mod mw;
 pub mod pd;
 pub mod qp;
+pub mod rsocket;
 mod registry;
 pub mod shared_buffer;
 pub mod srq;

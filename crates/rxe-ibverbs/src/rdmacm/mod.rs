@@ -37,6 +37,7 @@ pub mod event;
 pub mod id;
 pub mod multicast;
 pub mod qp;
+pub mod rsocket;
 pub mod sockaddr;
 pub mod unsupported;
 
