@@ -4,7 +4,8 @@
 //! Soft-RoCE in the reference guest, in both directions: rping (data
 //! checked by rping), ucmatose with several connections, udaddy (UD over
 //! SIDR), mckey (UD multicast: the kernel's rxe receiving what rxe sends
-//! to a group, and the other way), ib_write_bw/ib_read_bw/ib_send_bw -R,
+//! to a group, and the other way), rstream (rsockets: rxe's against
+//! rdma-core's librdmacm, every byte checked), ib_write_bw/ib_read_bw/ib_send_bw -R,
 //! and rping again under
 //! netem loss, reordering and duplication. Both exit statuses
 //! must be 0 and each tool must print its result.
@@ -185,7 +186,7 @@ fn both_ways(server: &str, client: &str, port: u16, done: &str, tries: u32) {
 
 #[test]
 #[ignore = "needs the reference peer: run scripts/interop.sh"]
-fn rping_ucmatose_and_udaddy_with_the_kernels_rdma_cm() {
+fn rping_ucmatose_udaddy_and_rstream_with_the_kernels_rdma_cm() {
     both_ways(
         "rping -s -a ADDR -p 7174 -C 10 -S 200 -V -v",
         "rping -c -a ADDR -p 7174 -C 10 -S 200 -V -v",
@@ -198,6 +199,15 @@ fn rping_ucmatose_and_udaddy_with_the_kernels_rdma_cm() {
         "ucmatose -s ADDR -p 7471 -c 4 -C 10",
         7471,
         "return status 0",
+        1,
+    );
+    // rsockets, the protocol of librdmacm's own: 100 kB transfers each
+    // way, checked by rstream (-T v).
+    both_ways(
+        "rstream -b ADDR -p 7405 -S 100000 -C 20 -T v",
+        "rstream -s ADDR -p 7405 -S 100000 -C 20 -T v",
+        7405,
+        "custom",
         1,
     );
     // udaddy has no port option: it serves on 7174 of the UDP port space.

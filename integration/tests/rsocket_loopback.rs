@@ -47,7 +47,9 @@ fn a_megabyte_each_way_then_a_half_close() {
     let down = pattern(1 << 20, 11);
     let (up2, down2) = (up.clone(), down.clone());
     let server = thread::spawn(move || {
-        let s = listener.accept(&RsOptions::default(), false).expect("accept");
+        let s = listener
+            .accept(&RsOptions::default(), false)
+            .expect("accept");
         assert_eq!(read_exact(&s, up2.len()), up2, "client to server");
         // Odd-sized writes, to wrap the send buffer at odd places.
         for chunk in down2.chunks(7001) {

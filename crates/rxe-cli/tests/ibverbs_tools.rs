@@ -491,6 +491,11 @@ fn a_second_process_on_a_busy_address_is_told_what_to_do() {
 /// case); it must print only "OK". Skipped without verbs.h only when
 /// RXE_SKIP_IBVERBS_TOOLS=1.
 fn c_program_prints_ok(name: &str, addr: &str) {
+    c_program_with_args_prints_ok(name, addr, &[]);
+}
+
+/// [`c_program_prints_ok`] with arguments for the program.
+fn c_program_with_args_prints_ok(name: &str, addr: &str, args: &[&str]) {
     if !Path::new("/usr/include/infiniband/verbs.h").exists() {
         if std::env::var("RXE_SKIP_IBVERBS_TOOLS").as_deref() == Ok("1") {
             eprintln!("SKIPPED: no verbs.h (RXE_SKIP_IBVERBS_TOOLS=1)");
@@ -506,7 +511,7 @@ fn c_program_prints_ok(name: &str, addr: &str) {
         .args(["-Wall", "-o"])
         .arg(&exe)
         .arg(&src)
-        .arg("-libverbs")
+        .args(["-libverbs", "-lrdmacm"])
         .output()
         .expect("cc runs");
     assert!(
@@ -514,9 +519,14 @@ fn c_program_prints_ok(name: &str, addr: &str) {
         "{}",
         String::from_utf8_lossy(&cc.stderr)
     );
-    let f = exec(addr, exe.to_str().unwrap(), &[]).finish(T);
+    let f = exec(addr, exe.to_str().unwrap(), args).finish(T);
     assert!(f.ok() && f.stdout == ["OK"], "{f:#?}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn bad_rsocket_calls_fail_with_socket_errnos() {
+    c_program_with_args_prints_ok("rsocket_errors", "127.0.110.25", &["127.0.110.25"]);
 }
 
 #[test]

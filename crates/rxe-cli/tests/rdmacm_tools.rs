@@ -3,8 +3,9 @@
 //! exec` with their own addresses: the library's symbols against what the
 //! binaries import, rping (data checked by rping itself), ucmatose with
 //! several connections, rdma_server/rdma_client (the synchronous calls),
-//! udaddy (UD over SIDR), ib_write_bw -R and ib_send_lat -R, and a
-//! connection to a port nobody listens on.
+//! udaddy (UD over SIDR), rstream (rsockets: blocking, non-blocking and
+//! through rpoll, data checked by rstream), ib_write_bw -R and
+//! ib_send_lat -R, and a connection to a port nobody listens on.
 //!
 //! Each test has its own addresses in 127.0.112.0/24 and its own CM
 //! ports. Without the Debian tools the tests fail, unless
@@ -313,6 +314,42 @@ fn rdma_server_and_rdma_client_use_the_synchronous_calls() {
     assert!(c.ok() && s.ok(), "client {c:#?}\nserver {s:#?}");
     assert!(c.text().contains("rdma_client: end 0"), "{c:#?}");
     assert!(s.text().contains("rdma_server: end 0"), "{s:#?}");
+}
+
+/// rstream's `-T` letters: `v` checks every byte received, `a` waits in
+/// `rpoll`, `n` sends and receives with MSG_DONTWAIT (retrying EAGAIN).
+#[test]
+fn rstream_moves_checked_bytes_over_rsockets() {
+    let _serial = serial();
+    if !have("rstream") {
+        return;
+    }
+    for (i, (size, count, mode)) in [
+        ("1000000", "20", "v"),
+        ("64", "500", "a"),
+        ("100000", "20", "n"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let port = (19320 + i).to_string();
+        let opts = ["-p", &port, "-S", size, "-C", count, "-T", mode, "-T", "v"];
+        let mut sargs = vec!["-b", "127.0.112.40"];
+        sargs.extend_from_slice(&opts);
+        let mut cargs = vec!["-s", "127.0.112.40", "-b", "127.0.112.41"];
+        cargs.extend_from_slice(&opts);
+        let (s, c) = pair(
+            "127.0.112.40",
+            ("rstream", &sargs),
+            "127.0.112.41",
+            ("rstream", &cargs),
+        );
+        assert!(c.ok() && s.ok(), "-T {mode}: client {c:#?}\nserver {s:#?}");
+        for f in [&s, &c] {
+            // The result line: name, bytes, transfers.
+            assert!(f.text().contains("custom"), "-T {mode}: {f:#?}");
+        }
+    }
 }
 
 #[test]

@@ -33,7 +33,9 @@ const RDMA_ROUTE: c_int = 4;
 
 enum Kind {
     /// Made, maybe bound, not yet listening or connected.
-    Fresh { bound: Option<SocketAddr> },
+    Fresh {
+        bound: Option<SocketAddr>,
+    },
     Listening(Arc<RListener>),
     Stream(Arc<RStream>),
 }
@@ -159,14 +161,11 @@ export! {"RDMACM_1.0" fn rbind(socket: c_int, addr: *const c_void, len: u32) -> 
         Err(e) => return fail(e),
     };
     let mut k = s.kind();
-    let r = match &mut *k {
-        Kind::Fresh { bound: b @ None } => {
-            *b = Some(a);
-            0
-        }
-        _ => fail(libc::EINVAL),
-    };
-    r
+    if let Kind::Fresh { bound: b @ None } = &mut *k {
+        *b = Some(a);
+        return 0;
+    }
+    fail(libc::EINVAL)
 }}
 
 export! {"RDMACM_1.0" fn rlisten(socket: c_int, backlog: c_int) -> c_int, fail = -1, {
@@ -259,7 +258,9 @@ export! {"RDMACM_1.0" fn rconnect(socket: c_int, addr: *const c_void, len: u32) 
 /// # Safety
 /// `buf` is NULL with `len` 0, or points to `len` readable bytes.
 unsafe fn send_bytes(socket: c_int, buf: *const c_void, len: usize, flags: c_int) -> isize {
-    let Some(s) = lookup(socket) else { return fail_size(libc::EBADF) };
+    let Some(s) = lookup(socket) else {
+        return fail_size(libc::EBADF);
+    };
     let stream = match s.stream() {
         Ok(st) => st,
         Err(e) => return fail_size(e),
@@ -284,7 +285,9 @@ unsafe fn send_bytes(socket: c_int, buf: *const c_void, len: usize, flags: c_int
 /// # Safety
 /// `buf` is NULL with `len` 0, or points to `len` writable bytes.
 unsafe fn recv_bytes(socket: c_int, buf: *mut c_void, len: usize, flags: c_int) -> isize {
-    let Some(s) = lookup(socket) else { return fail_size(libc::EBADF) };
+    let Some(s) = lookup(socket) else {
+        return fail_size(libc::EBADF);
+    };
     let stream = match s.stream() {
         Ok(st) => st,
         Err(e) => return fail_size(e),

@@ -410,12 +410,7 @@ impl RStream {
             };
             let bytes = sge.to_bytes(HOST_IS_NET != st.swap_sgl);
             let at = st.remote_sgl.addr + u64::from(st.remote_sge) * SGE_LEN as u64;
-            self.post_write_msg(
-                SendData::Inline(bytes.to_vec()),
-                imm,
-                at,
-                st.remote_sgl.key,
-            )?;
+            self.post_write_msg(SendData::Inline(bytes.to_vec()), imm, at, st.remote_sgl.key)?;
             st.rbuf_bytes_avail -= st.rbuf_size >> 1;
             st.rbuf_free_offset += st.rbuf_size >> 1;
             if st.rbuf_free_offset >= st.rbuf_size {
@@ -616,7 +611,10 @@ impl RStream {
                 let (a, b) = bytes.split_at(room as usize);
                 smr.write(st.ssgl_off as usize, a)?;
                 smr.write(0, b)?;
-                let sges = vec![smr.sge(st.ssgl_off as usize, room), smr.sge(0, b.len() as u32)];
+                let sges = vec![
+                    smr.sge(st.ssgl_off as usize, room),
+                    smr.sge(0, b.len() as u32),
+                ];
                 st.ssgl_off = b.len() as u32;
                 SendData::Sges(sges)
             }
@@ -673,7 +671,8 @@ impl RStream {
                     front
                 };
                 let at = st.rbuf_offset;
-                st.rbuf_offset = self.copy_out(st.rbuf_size, at, &mut buf[off..off + n as usize])?;
+                st.rbuf_offset =
+                    self.copy_out(st.rbuf_size, at, &mut buf[off..off + n as usize])?;
                 st.rbuf_bytes_avail += n;
                 off += n as usize;
             }
@@ -689,9 +688,7 @@ impl RStream {
     fn copy_out(&self, rbuf_size: u32, at: u32, dst: &mut [u8]) -> Result<u32, RsError> {
         let n = dst.len() as u32;
         let first = n.min(rbuf_size.saturating_sub(at));
-        self.res
-            .rmr
-            .read(at as usize, &mut dst[..first as usize])?;
+        self.res.rmr.read(at as usize, &mut dst[..first as usize])?;
         if first < n {
             self.res.rmr.read(0, &mut dst[first as usize..])?;
             Ok(n - first)

@@ -223,6 +223,9 @@ mod tests {
         assert_eq!(msg(MsgOp::Ctrl, CTRL_SHUTDOWN), 0xE000_0002);
         assert_eq!(parse_msg(0xE000_0000), (MsgOp::Ctrl, CTRL_DISCONNECT));
         assert_eq!(parse_msg(0x2000_0001), (MsgOp::Other(1), 1));
-        assert_eq!(parse_msg(msg(MsgOp::Data, u32::MAX)), (MsgOp::Data, MSG_DATA_MASK));
+        assert_eq!(
+            parse_msg(msg(MsgOp::Data, u32::MAX)),
+            (MsgOp::Data, MSG_DATA_MASK)
+        );
     }
 }
