@@ -4,8 +4,9 @@
 //! Soft-RoCE in the reference guest, in both directions: rping (data
 //! checked by rping), ucmatose with several connections, udaddy (UD over
 //! SIDR), mckey (UD multicast: the kernel's rxe receiving what rxe sends
-//! to a group, and the other way), rstream (rsockets: rxe's against
-//! rdma-core's librdmacm, every byte checked), ib_write_bw/ib_read_bw/ib_send_bw -R,
+//! to a group, and the other way), rstream and riostream (rsockets and
+//! their I/O map: rxe's against rdma-core's librdmacm, every byte
+//! checked), ib_write_bw/ib_read_bw/ib_send_bw -R,
 //! and rping again under
 //! netem loss, reordering and duplication. Both exit statuses
 //! must be 0 and each tool must print its result.
@@ -186,7 +187,7 @@ fn both_ways(server: &str, client: &str, port: u16, done: &str, tries: u32) {
 
 #[test]
 #[ignore = "needs the reference peer: run scripts/interop.sh"]
-fn rping_ucmatose_udaddy_and_rstream_with_the_kernels_rdma_cm() {
+fn rping_ucmatose_udaddy_and_rsockets_with_the_kernels_rdma_cm() {
     both_ways(
         "rping -s -a ADDR -p 7174 -C 10 -S 200 -V -v",
         "rping -c -a ADDR -p 7174 -C 10 -S 200 -V -v",
@@ -207,6 +208,15 @@ fn rping_ucmatose_udaddy_and_rstream_with_the_kernels_rdma_cm() {
         "rstream -b ADDR -p 7405 -S 100000 -C 20 -T v",
         "rstream -s ADDR -p 7405 -S 100000 -C 20 -T v",
         7405,
+        "custom",
+        1,
+    );
+    // riostream: each side maps its buffer and the other RDMA WRITEs
+    // into it (riowrite), checked.
+    both_ways(
+        "riostream -b ADDR -p 7406 -S 100000 -C 20 -T v",
+        "riostream -s ADDR -p 7406 -S 100000 -C 20 -T v",
+        7406,
         "custom",
         1,
     );

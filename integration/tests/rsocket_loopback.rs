@@ -96,3 +96,50 @@ fn nobody_listening_is_refused() {
     sdev.remove().expect("remove");
     cdev.remove().expect("remove");
 }
+
+#[test]
+fn riowrite_lands_in_the_peers_mapped_memory() {
+    use std::sync::Arc;
+    let (sdev, cdev) = (device("127.0.145.21"), device("127.0.145.22"));
+    let opts = RsOptions {
+        iomap_size: 1,
+        ..RsOptions::default()
+    };
+    let listener = RListener::listen(addr("127.0.145.21:7302"), 4).expect("listen");
+    let o2 = opts.clone();
+    let data = pattern(100_000, 5);
+    let d2 = data.clone();
+    let server = thread::spawn(move || {
+        let s = listener.accept(&o2, false).expect("accept");
+        // The mapped memory: the peer's riowrite lands here.
+        let mem = Arc::new(rxe_verbs::shared_buffer::SharedBuffer::zeroed(100_000));
+        assert_eq!(s.iomap(mem.clone(), true, Some(0)).expect("iomap"), 0);
+        // The mapping is announced before this send's bytes.
+        assert_eq!(s.send(b"go", false).expect("send"), 2);
+        let mut b = [0u8; 4];
+        // The client says it is done.
+        assert_eq!(read_exact(&s, 4), b"done");
+        let _ = &mut b;
+        assert_eq!(mem.to_vec(), d2, "the mapped bytes");
+        s.close();
+        listener.close();
+    });
+    let c = RStream::connect(
+        Some(addr("127.0.145.22:0")),
+        addr("127.0.145.21:7302"),
+        &opts,
+    )
+    .expect("connect");
+    assert_eq!(read_exact(&c, 2), b"go");
+    let mut off = 0;
+    while off < data.len() {
+        let n = c.iowrite(&data[off..], off as u64, false).expect("iowrite");
+        assert!(n > 0, "iowrite stopped at {off}");
+        off += n;
+    }
+    assert_eq!(c.send(b"done", false).expect("send"), 4);
+    server.join().expect("server");
+    c.close();
+    sdev.remove().expect("remove");
+    cdev.remove().expect("remove");
+}

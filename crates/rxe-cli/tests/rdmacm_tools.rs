@@ -3,8 +3,9 @@
 //! exec` with their own addresses: the library's symbols against what the
 //! binaries import, rping (data checked by rping itself), ucmatose with
 //! several connections, rdma_server/rdma_client (the synchronous calls),
-//! udaddy (UD over SIDR), rstream (rsockets: blocking, non-blocking and
-//! through rpoll, data checked by rstream), ib_write_bw -R and
+//! udaddy (UD over SIDR), rstream and riostream (rsockets and their I/O
+//! map: blocking, non-blocking and through rpoll, data checked by the
+//! tools), ib_write_bw -R and
 //! ib_send_lat -R, and a connection to a port nobody listens on.
 //!
 //! Each test has its own addresses in 127.0.112.0/24 and its own CM
@@ -316,23 +317,13 @@ fn rdma_server_and_rdma_client_use_the_synchronous_calls() {
     assert!(s.text().contains("rdma_server: end 0"), "{s:#?}");
 }
 
-/// rstream's `-T` letters: `v` checks every byte received, `a` waits in
-/// `rpoll`, `n` sends and receives with MSG_DONTWAIT (retrying EAGAIN).
-#[test]
-fn rstream_moves_checked_bytes_over_rsockets() {
-    let _serial = serial();
-    if !have("rstream") {
-        return;
-    }
-    for (i, (size, count, mode)) in [
-        ("1000000", "20", "v"),
-        ("64", "500", "a"),
-        ("100000", "20", "n"),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let port = (19320 + i).to_string();
+/// `prog` (rstream or riostream) server and client on 127.0.112.40/41
+/// in three modes (`-T` letters: `v` checks every byte received, `a` waits
+/// in `rpoll`, `n` sends and receives with MSG_DONTWAIT, retrying EAGAIN),
+/// each on its own port from `port`.
+fn rsocket_tool_in_three_modes(prog: &str, port: u16, runs: [(&str, &str, &str); 3]) {
+    for (i, (size, count, mode)) in runs.into_iter().enumerate() {
+        let port = (port + i as u16).to_string();
         let opts = ["-p", &port, "-S", size, "-C", count, "-T", mode, "-T", "v"];
         let mut sargs = vec!["-b", "127.0.112.40"];
         sargs.extend_from_slice(&opts);
@@ -340,16 +331,55 @@ fn rstream_moves_checked_bytes_over_rsockets() {
         cargs.extend_from_slice(&opts);
         let (s, c) = pair(
             "127.0.112.40",
-            ("rstream", &sargs),
+            (prog, &sargs),
             "127.0.112.41",
-            ("rstream", &cargs),
+            (prog, &cargs),
         );
-        assert!(c.ok() && s.ok(), "-T {mode}: client {c:#?}\nserver {s:#?}");
+        assert!(
+            c.ok() && s.ok(),
+            "{prog} -T {mode}: client {c:#?}\nserver {s:#?}"
+        );
         for f in [&s, &c] {
             // The result line: name, bytes, transfers.
-            assert!(f.text().contains("custom"), "-T {mode}: {f:#?}");
+            assert!(f.text().contains("custom"), "{prog} -T {mode}: {f:#?}");
         }
     }
+}
+
+#[test]
+fn rstream_moves_checked_bytes_over_rsockets() {
+    let _serial = serial();
+    if !have("rstream") {
+        return;
+    }
+    rsocket_tool_in_three_modes(
+        "rstream",
+        19320,
+        [
+            ("1000000", "20", "v"),
+            ("64", "500", "a"),
+            ("100000", "20", "n"),
+        ],
+    );
+}
+
+/// riostream maps its buffer (`riomap`) and the peer `riowrite`s straight
+/// into it, the receiver spinning on the buffer's last byte.
+#[test]
+fn riostream_writes_into_the_peers_mapped_buffer() {
+    let _serial = serial();
+    if !have("riostream") {
+        return;
+    }
+    rsocket_tool_in_three_modes(
+        "riostream",
+        19330,
+        [
+            ("1000000", "10", "v"),
+            ("64", "200", "a"),
+            ("100000", "20", "n"),
+        ],
+    );
 }
 
 #[test]

@@ -7,8 +7,8 @@
 //! owns), so it never collides with the program's own descriptors, and
 //! `rpoll` tells the two kinds apart by looking the number up. What is
 //! not offered fails as librdmacm's absent features would:
-//! `SOCK_DGRAM` rsockets (EPROTONOSUPPORT), `riomap`/`riowrite` and the
-//! `msghdr` calls (ENOSYS, in [`super::unsupported`]). A non-blocking
+//! `SOCK_DGRAM` rsockets (EPROTONOSUPPORT) and the `msghdr` calls
+//! (ENOSYS, in [`super::unsupported`]). A non-blocking
 //! `rconnect` completes before it returns (never EINPROGRESS), which a
 //! program that polls for POLLOUT afterwards also handles.
 
@@ -98,6 +98,8 @@ fn errno_of(e: &RsError) -> c_int {
         RsError::Reset => libc::ECONNRESET,
         RsError::Pipe => libc::EPIPE,
         RsError::Io => libc::EIO,
+        RsError::NoIomapRoom => libc::ENOMEM,
+        RsError::NotMapped => libc::EINVAL,
     }
 }
 
@@ -450,7 +452,9 @@ export! {"RDMACM_1.0" fn rsetsockopt(socket: c_int, level: c_int, name: c_int, v
         Ok(v) => v,
         Err(e) => return fail(e),
     };
-    let fresh = matches!(&*s.kind(), Kind::Fresh { .. });
+    // Buffer and queue sizes apply until the socket has its own (a
+    // listener's go to the connections it accepts).
+    let fresh = !matches!(&*s.kind(), Kind::Stream(_));
     let mut o = s.opts.lock().unwrap_or_else(|e| e.into_inner());
     let as_u32 = |v: c_int| v.max(0) as u32;
     match (level, name) {
@@ -469,9 +473,8 @@ export! {"RDMACM_1.0" fn rsetsockopt(socket: c_int, level: c_int, name: c_int, v
         (SOL_RDMA, RDMA_SQSIZE) if fresh => o.sq_size = as_u32(v),
         (SOL_RDMA, RDMA_RQSIZE) if fresh => o.rq_size = as_u32(v),
         (SOL_RDMA, RDMA_INLINE) if fresh => o.sq_inline = as_u32(v).min(0xFFFE),
-        // No I/O map is offered: a size of 0 is the only one kept.
-        (SOL_RDMA, RDMA_IOMAPSIZE) => {}
-        (SOL_RDMA, RDMA_SQSIZE | RDMA_RQSIZE | RDMA_INLINE) => {}
+        (SOL_RDMA, RDMA_IOMAPSIZE) if fresh => o.iomap_size = as_u32(v),
+        (SOL_RDMA, RDMA_SQSIZE | RDMA_RQSIZE | RDMA_INLINE | RDMA_IOMAPSIZE) => {}
         _ => return fail(libc::ENOPROTOOPT),
     }
     0
@@ -497,7 +500,7 @@ export! {"RDMACM_1.0" fn rgetsockopt(socket: c_int, level: c_int, name: c_int, v
         (SOL_RDMA, RDMA_SQSIZE) => o.sq_size as c_int,
         (SOL_RDMA, RDMA_RQSIZE) => o.rq_size as c_int,
         (SOL_RDMA, RDMA_INLINE) => o.sq_inline as c_int,
-        (SOL_RDMA, RDMA_IOMAPSIZE) => 0,
+        (SOL_RDMA, RDMA_IOMAPSIZE) => o.iomap_size as c_int,
         _ => return fail(libc::ENOPROTOOPT),
     };
     // SAFETY: the caller's length.
@@ -641,6 +644,74 @@ export! {"RDMACM_1.0" fn rpoll(fds: *mut libc::pollfd, nfds: libc::nfds_t, timeo
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return 0;
+        }
+    }
+}}
+
+export! {"RDMACM_1.0" fn riomap(socket: c_int, buf: *mut c_void, len: usize, prot: c_int, flags: c_int, offset: i64) -> i64, fail = -1, {
+    let _ = flags;
+    let Some(s) = lookup(socket) else { return i64::from(fail(libc::EBADF)) };
+    if prot & !(libc::PROT_WRITE | libc::PROT_NONE) != 0 {
+        return i64::from(fail(libc::EINVAL));
+    }
+    let stream = match s.stream() {
+        Ok(st) => st,
+        Err(_) => return i64::from(fail(libc::EINVAL)),
+    };
+    let Some(ptr) = std::ptr::NonNull::new(buf.cast::<u8>()) else {
+        return i64::from(fail(libc::EINVAL));
+    };
+    if (ptr.as_ptr() as usize).checked_add(len).is_none() {
+        return i64::from(fail(libc::EINVAL));
+    }
+    // SAFETY: riomap(3): the memory stays the program's and valid until
+    // riounmap or rclose, which end the registration; the range does not
+    // wrap (checked above).
+    let bytes = unsafe { crate::foreign::ForeignBytes::new(ptr, len) };
+    let at = (offset != -1).then_some(offset as u64);
+    match stream.iomap(Arc::new(bytes), prot & libc::PROT_WRITE != 0, at) {
+        Ok(o) => o as i64,
+        Err(e) => i64::from(fail_rs(&e)),
+    }
+}}
+
+export! {"RDMACM_1.0" fn riounmap(socket: c_int, buf: *mut c_void, len: usize) -> c_int, fail = -1, {
+    let Some(s) = lookup(socket) else { return fail(libc::EBADF) };
+    match s.stream() {
+        Ok(st) => match st.iounmap(buf as usize as u64, len) {
+            Ok(()) => 0,
+            Err(e) => fail_rs(&e),
+        },
+        Err(_) => fail(libc::EINVAL),
+    }
+}}
+
+export! {"RDMACM_1.0" fn riowrite(socket: c_int, buf: *const c_void, count: usize, offset: i64, flags: c_int) -> usize, fail = usize::MAX, {
+    let Some(s) = lookup(socket) else {
+        fail(libc::EBADF);
+        return usize::MAX;
+    };
+    let stream = match s.stream() {
+        Ok(st) => st,
+        Err(e) => {
+            fail(e);
+            return usize::MAX;
+        }
+    };
+    if count == 0 {
+        return 0;
+    }
+    if buf.is_null() || offset < 0 {
+        fail(libc::EINVAL);
+        return usize::MAX;
+    }
+    // SAFETY: the caller's `count` readable bytes.
+    let data = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), count) };
+    match stream.iowrite(data, offset as u64, s.nonblocking(flags)) {
+        Ok(n) => n,
+        Err(e) => {
+            fail_rs(&e);
+            usize::MAX
         }
     }
 }}

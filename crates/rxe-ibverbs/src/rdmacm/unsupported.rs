@@ -2,9 +2,8 @@
 //! can handle: -1 (or NULL, or `(size_t)-1`) with `errno` ENOSYS, so that
 //! every program linked against librdmacm loads and only the call fails.
 //!
-//! - rsockets' I/O map (`riomap`, `riounmap`, `riowrite`: direct
-//!   placement into a window the peer maps) and the `msghdr` calls
-//!   (`rsendmsg`, `rrecvmsg`); the stream calls are in [`super::rsocket`].
+//! - rsockets' `msghdr` calls (`rsendmsg`, `rrecvmsg`); the stream calls
+//!   and the I/O map are in [`super::rsocket`].
 //!   `rselect` is `select` on the program's own descriptors: an rsocket in
 //!   its sets is never ready (use `rpoll`).
 //! - ECE (`rdma_set_local_ece`, ...): vendor connection options; rxe
@@ -30,9 +29,6 @@ macro_rules! export_enosys {
 export_enosys! {
     "RDMACM_1.0" fn rrecvmsg(socket: c_int, msg: *mut c_void, flags: c_int) -> isize = -1;
     "RDMACM_1.0" fn rsendmsg(socket: c_int, msg: *const c_void, flags: c_int) -> isize = -1;
-    "RDMACM_1.0" fn riomap(socket: c_int, buf: *mut c_void, len: usize, prot: c_int, flags: c_int, offset: i64) -> i64 = -1;
-    "RDMACM_1.0" fn riounmap(socket: c_int, buf: *mut c_void, len: usize) -> c_int = -1;
-    "RDMACM_1.0" fn riowrite(socket: c_int, buf: *const c_void, count: usize, offset: i64, flags: c_int) -> usize = usize::MAX;
     "RDMACM_1.3" fn rdma_get_remote_ece(id: *mut c_void, ece: *mut c_void) -> c_int = -1;
     "RDMACM_1.3" fn rdma_set_local_ece(id: *mut c_void, ece: *mut c_void) -> c_int = -1;
 }

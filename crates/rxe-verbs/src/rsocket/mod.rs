@@ -11,12 +11,11 @@
 //! # Decisions, with their sources
 //! - **Port space TCP.** A stream rsocket's CM ID is `RDMA_PS_TCP`, so its
 //!   service ID is the TCP port space's (librdmacm `rsocket()`).
-//! - **No I/O map, no keepalive thread, no datagram rsockets.**
-//!   `riomap`/`riowrite` (direct placement into a mapped window) and
-//!   `SOCK_DGRAM` rsockets are not offered (the connection data says an
-//!   I/O map of size 0, which librdmacm accepts); `SO_KEEPALIVE` is
-//!   recorded but sends nothing, since the RC transport's own retries
-//!   already find a dead peer.
+//! - **No keepalive thread, no datagram rsockets.** `SOCK_DGRAM`
+//!   rsockets are not offered; `SO_KEEPALIVE` is recorded but sends
+//!   nothing, since the RC transport's own retries already find a dead
+//!   peer. The I/O map (`riomap`/`riowrite`: RDMA WRITEs straight into
+//!   memory the peer mapped) is, in `stream/iomap.rs`.
 //! - **Defaults as librdmacm's** (`rsocket.c`: `def_sqsize`, `def_mem`,
 //!   ...): 384-deep queues, 128 KiB buffers, 64 inline bytes; `SO_SNDBUF`
 //!   and `SO_RCVBUF` double what they are given, as librdmacm does (and
@@ -58,6 +57,10 @@ pub enum RsError {
     Pipe,
     #[error("a write to the peer failed")]
     Io,
+    #[error("the peer's I/O map has no free entry")]
+    NoIomapRoom,
+    #[error("no such mapping")]
+    NotMapped,
 }
 
 /// What a socket's options set before it connects (librdmacm's defaults).
@@ -68,6 +71,9 @@ pub struct RsOptions {
     pub sq_inline: u32,
     pub sq_size: u32,
     pub rq_size: u32,
+    /// Entries of the I/O map the peer may fill (`RDMA_IOMAPSIZE`; 0, as
+    /// librdmacm's default: `riowrite` to this side is not possible).
+    pub iomap_size: u32,
 }
 
 impl Default for RsOptions {
@@ -78,6 +84,7 @@ impl Default for RsOptions {
             sq_inline: 64,
             sq_size: 384,
             rq_size: 384,
+            iomap_size: 0,
         }
     }
 }
@@ -93,6 +100,7 @@ impl RsOptions {
             sq_inline: self.sq_inline.min(0xFFFE),
             sq_size: self.sq_size.clamp(16, 0xFFFE),
             rq_size: self.rq_size.clamp(16, 0xFFFE),
+            iomap_size: wire::scale_to_value(wire::value_to_scale(self.iomap_size)),
         }
     }
 }

@@ -68,6 +68,64 @@ impl RsSge {
     }
 }
 
+/// Bytes of one I/O map entry (`struct rs_iomap`: the mapping's offset,
+/// then its [`RsSge`]).
+pub const IOMAP_LEN: usize = 8 + SGE_LEN;
+
+/// `struct rs_iomap`: bytes at `offset` of the peer's mapped space live
+/// at `sge`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RsIomap {
+    pub offset: u64,
+    pub sge: RsSge,
+}
+
+impl RsIomap {
+    pub fn to_bytes(self, big: bool) -> [u8; IOMAP_LEN] {
+        let mut b = [0u8; IOMAP_LEN];
+        b[..8].copy_from_slice(&if big {
+            self.offset.to_be_bytes()
+        } else {
+            self.offset.to_le_bytes()
+        });
+        b[8..].copy_from_slice(&self.sge.to_bytes(big));
+        b
+    }
+
+    pub fn from_bytes(b: &[u8; IOMAP_LEN], big: bool) -> RsIomap {
+        let o = <[u8; 8]>::try_from(&b[..8]).unwrap_or_default();
+        let s = <[u8; SGE_LEN]>::try_from(&b[8..]).unwrap_or_default();
+        RsIomap {
+            offset: if big {
+                u64::from_be_bytes(o)
+            } else {
+                u64::from_le_bytes(o)
+            },
+            sge: RsSge::from_bytes(&s, big),
+        }
+    }
+}
+
+/// The connection data's I/O map size, an 8-bit scale: up to 128 as is,
+/// above that the top bit set and the count in units of 256
+/// (librdmacm's `rs_value_to_scale`).
+pub fn value_to_scale(v: u32) -> u8 {
+    if v <= 128 {
+        v as u8
+    } else {
+        (128 | (v >> 8).min(127)) as u8
+    }
+}
+
+/// The inverse of [`value_to_scale`] (`rs_scale_to_value`).
+pub fn scale_to_value(s: u8) -> u32 {
+    if s <= 128 {
+        u32::from(s)
+    } else {
+        u32::from(s & 0x7F) << 8
+    }
+}
+
 /// Is this host big-endian (librdmacm's `rs_host_is_net`)?
 pub const HOST_IS_NET: bool = cfg!(target_endian = "big");
 
@@ -129,7 +187,10 @@ pub enum MsgOp {
     IomapSgl,
     /// Bits 28..0: a [`Ctrl`] code.
     Ctrl,
-    /// Reserved or local-only codes (1, 2, 3, 5).
+    /// A plain RDMA WRITE into a mapped area (`riowrite`); never sent as
+    /// an immediate, only the work request's own tag.
+    Write,
+    /// Reserved codes (1, 3, 5).
     Other(u8),
 }
 
@@ -137,6 +198,7 @@ impl MsgOp {
     fn code(self) -> u32 {
         match self {
             MsgOp::Data => 0,
+            MsgOp::Write => 2,
             MsgOp::Sgl => 4,
             MsgOp::IomapSgl => 6,
             MsgOp::Ctrl => 7,
@@ -162,6 +224,7 @@ pub fn msg(op: MsgOp, data: u32) -> u32 {
 pub fn parse_msg(imm: u32) -> (MsgOp, u32) {
     let op = match imm >> 29 {
         0 => MsgOp::Data,
+        2 => MsgOp::Write,
         4 => MsgOp::Sgl,
         6 => MsgOp::IomapSgl,
         7 => MsgOp::Ctrl,
@@ -214,6 +277,27 @@ mod tests {
         }
         assert_eq!(s.to_bytes(false)[0], 0x08);
         assert_eq!(s.to_bytes(true)[0], 0x01);
+    }
+
+    #[test]
+    fn iomap_entries_and_sizes() {
+        let m = RsIomap {
+            offset: 0x10,
+            sge: RsSge {
+                addr: 0x7000,
+                key: 9,
+                length: 4096,
+            },
+        };
+        assert_eq!(RsIomap::from_bytes(&m.to_bytes(false), false), m);
+        assert_eq!(m.to_bytes(true)[7], 0x10);
+        for v in [0, 1, 64, 128] {
+            assert_eq!(scale_to_value(value_to_scale(v)), v);
+        }
+        assert_eq!(value_to_scale(512), 130);
+        assert_eq!(scale_to_value(130), 512);
+        // Between steps of 256, rounded down, as librdmacm's.
+        assert_eq!(scale_to_value(value_to_scale(700)), 512);
     }
 
     #[test]

@@ -33,6 +33,10 @@ use crate::{
 use super::wire::*;
 use super::{RsError, RsOptions};
 
+mod iomap;
+
+use iomap::Mapping;
+
 /// The send buffer space below which a writer waits (`RS_SNDLOWAT`).
 const SNDLOWAT: u32 = 2048;
 /// The first write of a large send, doubling up to [`MAX_TRANSFER`], so
@@ -109,6 +113,13 @@ struct State {
     rbuf_free_offset: u32,
     rseq_no: u16,
     rseq_comp: u16,
+    // The I/O map (`riomap`).
+    /// Where our mappings go in the peer's I/O map (its `length` entries).
+    remote_iomap: RsSge,
+    /// Entries our own I/O map has (the peer writes them).
+    iomap_size: u32,
+    /// Our mappings (`riomap`).
+    maps: Vec<Mapping>,
 }
 
 impl State {
@@ -141,6 +152,9 @@ impl State {
             rbuf_free_offset: o.rbuf_size >> 1,
             rseq_no: 0,
             rseq_comp: (o.rq_size >> 1) as u16,
+            remote_iomap: RsSge::default(),
+            iomap_size: o.iomap_size,
+            maps: Vec::new(),
         }
     }
 
@@ -313,8 +327,7 @@ impl RStream {
             version: VERSION,
             flags: FLAG_IOMAP | if HOST_IS_NET { FLAG_NET } else { 0 },
             credits: st.rq_size as u16,
-            // No I/O map (riomap is not offered).
-            target_iomap_size: 0,
+            target_iomap_size: value_to_scale(st.iomap_size),
             target_sgl: RsSge {
                 addr: self.res.target.addr(),
                 key: self.res.target.rkey(),
@@ -334,6 +347,14 @@ impl RStream {
         st.remote_sgl = c.target_sgl;
         st.remote_sge = 1;
         st.swap_sgl = (c.flags & FLAG_NET != 0) != HOST_IS_NET;
+        if c.flags & FLAG_IOMAP != 0 {
+            // The peer's I/O map follows its target SGL, under its key.
+            st.remote_iomap = RsSge {
+                addr: c.target_sgl.addr + u64::from(c.target_sgl.length) * SGE_LEN as u64,
+                key: c.target_sgl.key,
+                length: scale_to_value(c.target_iomap_size),
+            };
+        }
         self.set_target(0, c.data_buf)?;
         st.sseq_comp = c.credits;
         Ok(())
@@ -463,6 +484,10 @@ impl RStream {
                 let (op, data) = parse_msg(wc.wr_id as u32);
                 match op {
                     MsgOp::Sgl => st.ctrl_max_seqno = st.ctrl_max_seqno.wrapping_add(1),
+                    MsgOp::IomapSgl => {
+                        st.sqe_avail += 1;
+                        st.sbuf_bytes_avail += IOMAP_LEN as u32;
+                    }
                     MsgOp::Ctrl => {
                         st.ctrl_max_seqno = st.ctrl_max_seqno.wrapping_add(1);
                         if data == CTRL_DISCONNECT {
@@ -557,6 +582,10 @@ impl RStream {
         if !st.writable {
             return Err(RsError::Pipe);
         }
+        if st.iomap_pending_any() {
+            drop(st);
+            st = self.send_iomaps(nonblock)?;
+        }
         while off < buf.len() {
             if !self.can_send(&st) {
                 drop(st);
@@ -597,7 +626,25 @@ impl RStream {
     /// `rs_write_data`: one DATA write into the peer's current target.
     fn write_data(&self, st: &mut State, bytes: &[u8], mut target: RsSge) -> Result<(), RsError> {
         let len = bytes.len() as u32;
-        let data = if len <= st.sq_inline {
+        let data = self.stage(st, bytes)?;
+        st.sseq_no = st.sseq_no.wrapping_add(1);
+        st.sqe_avail -= 1;
+        st.sbuf_bytes_avail -= len;
+        let (addr, rkey) = (target.addr, target.key);
+        target.addr += u64::from(len);
+        target.length -= len;
+        self.set_target(st.target_sge, target)?;
+        if target.length == 0 {
+            st.target_sge = (st.target_sge + 1) % SGL_SIZE;
+        }
+        self.post_write_msg(data, msg(MsgOp::Data, len), addr, rkey)
+    }
+
+    /// What a write sends: inline if small, else copied into the send
+    /// buffer at its running offset, in two pieces where it wraps.
+    fn stage(&self, st: &mut State, bytes: &[u8]) -> Result<SendData, RsError> {
+        let len = bytes.len() as u32;
+        Ok(if len <= st.sq_inline {
             SendData::Inline(bytes.to_vec())
         } else {
             let room = st.sbuf_size - st.ssgl_off;
@@ -618,18 +665,7 @@ impl RStream {
                 st.ssgl_off = b.len() as u32;
                 SendData::Sges(sges)
             }
-        };
-        st.sseq_no = st.sseq_no.wrapping_add(1);
-        st.sqe_avail -= 1;
-        st.sbuf_bytes_avail -= len;
-        let (addr, rkey) = (target.addr, target.key);
-        target.addr += u64::from(len);
-        target.length -= len;
-        self.set_target(st.target_sge, target)?;
-        if target.length == 0 {
-            st.target_sge = (st.target_sge + 1) % SGL_SIZE;
-        }
-        self.post_write_msg(data, msg(MsgOp::Data, len), addr, rkey)
+        })
     }
 
     /// `rrecv`: what has arrived, up to `buf.len()`; 0 at the end of the
@@ -805,6 +841,9 @@ impl RStream {
         }
         let _ = self.id.destroy();
         let _ = self.res.cq.destroy();
+        for m in self.lock().maps.drain(..) {
+            let _ = m.mr.dereg_in_place();
+        }
         for mr in [&self.res.smr, &self.res.target, &self.res.rmr] {
             let _ = mr.dereg_in_place();
         }
@@ -841,7 +880,10 @@ impl Resources {
         let local = AccessFlags::LOCAL_WRITE;
         let remote = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
         let smr = pd.reg_mr_zeroed(opts.sbuf_size as usize, local)?;
-        let target = pd.reg_mr_zeroed(SGL_SIZE as usize * SGE_LEN, remote)?;
+        let target = pd.reg_mr_zeroed(
+            SGL_SIZE as usize * SGE_LEN + opts.iomap_size as usize * IOMAP_LEN,
+            remote,
+        )?;
         let rmr = pd.reg_mr_zeroed(opts.rbuf_size as usize, remote)?;
         let r = Resources {
             pd,
