@@ -28,5 +28,8 @@ bash scripts/setup.sh
 . scripts/peer-up.sh
 
 # rxe, and the drop-in libraries `rxe exec` finds next to it.
-cargo build -q --bin rxe -p rxe-cli -p rxe-ibverbs -p rxe-stub-mlx5 -p rxe-stub-efa
+# (Two commands: `--bin rxe` would limit the libraries' packages to a bin
+# target they do not have, building nothing for them.)
+cargo build -q -p rxe-ibverbs -p rxe-stub-mlx5 -p rxe-stub-efa
+cargo build -q --bin rxe -p rxe-cli
 RXE_PEER_DIR="$PEER" cargo test -p rxe-integration --test interop_pingpong --test interop_perf --test interop_ibverbs --test interop_rdmacm -- --ignored --test-threads=1
