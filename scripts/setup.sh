@@ -4,7 +4,7 @@
 # (a test makes its own network namespace with a veth pair), ethtool (the
 # GSO test turns a veth's segmentation offload off), Debian's own
 # RDMA programs with the libibverbs headers (the drop-in libibverbs.so.1 is
-# tested with ibverbs-utils and perftest, its struct layouts against
+# tested with ibverbs-utils, perftest, rdmacm-utils and qperf, its struct layouts against
 # libibverbs-dev's headers) and chromium (headless: the `rxe ladder` page's
 # browser test; RXE_SKIP_BROWSER=1 skips it). The Rust toolchain is
 # expected to be there (rustup).
@@ -18,6 +18,7 @@ command -v ibv_rc_pingpong >/dev/null 2>&1 || need_apt+=(ibverbs-utils)
 command -v ib_write_bw >/dev/null 2>&1 || need_apt+=(perftest)
 [ -e /usr/include/infiniband/verbs.h ] || need_apt+=(libibverbs-dev)
 command -v rping >/dev/null 2>&1 || need_apt+=(rdmacm-utils)
+command -v qperf >/dev/null 2>&1 || need_apt+=(qperf)
 [ -e /usr/include/rdma/rdma_cma.h ] || need_apt+=(librdmacm-dev)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then

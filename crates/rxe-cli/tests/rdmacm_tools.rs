@@ -5,7 +5,7 @@
 //! several connections, rdma_server/rdma_client (the synchronous calls),
 //! udaddy (UD over SIDR), rstream and riostream (rsockets and their I/O
 //! map: blocking, non-blocking and through rpoll, data checked by the
-//! tools), ib_write_bw -R and
+//! tools), qperf's RC tests over the CM, ib_write_bw -R and
 //! ib_send_lat -R, and a connection to a port nobody listens on.
 //!
 //! Each test has its own addresses in 127.0.112.0/24 and its own CM
@@ -380,6 +380,51 @@ fn riostream_writes_into_the_peers_mapped_buffer() {
             ("100000", "20", "n"),
         ],
     );
+}
+
+/// qperf over the CM (`-cm1`; its own exchange carries LIDs and no GIDs,
+/// so on any RoCE NIC qperf needs the CM): RC SEND, RDMA WRITE and READ
+/// bandwidth and latency, and both atomics. qperf's server forks a child
+/// per test, each opening the device afresh, and its client makes a
+/// send-only QP (no receive queue) for the bandwidth tests.
+#[test]
+fn qperf_runs_its_rc_tests_over_the_rdma_cm() {
+    let _serial = serial();
+    if !have("qperf") {
+        return;
+    }
+    let _server = exec("127.0.112.50", "qperf", &["-lp", "19350"]);
+    let tests = [
+        "rc_bw",
+        "rc_lat",
+        "rc_rdma_write_bw",
+        "rc_rdma_read_bw",
+        "rc_rdma_write_lat",
+        "rc_compare_swap_mr",
+        "rc_fetch_add_mr",
+    ];
+    let mut args = vec![
+        "-cm1",
+        "-ws",
+        "30",
+        "-lp",
+        "19350",
+        "-t",
+        "1",
+        "127.0.112.50",
+    ];
+    args.extend_from_slice(&tests);
+    let c = exec("127.0.112.51", "qperf", &args).finish(T);
+    assert!(c.ok(), "{c:#?}");
+    let t = c.text();
+    for test in tests {
+        assert!(t.contains(&format!("{test}:")), "{test} missing: {c:#?}");
+    }
+    // A number for each: three bandwidths, two latencies, two rates.
+    assert_eq!(t.matches("bw  =").count(), 3, "{c:#?}");
+    assert_eq!(t.matches("latency  =").count(), 2, "{c:#?}");
+    assert_eq!(t.matches("msg_rate  =").count(), 2, "{c:#?}");
+    assert!(!t.contains("failed"), "{c:#?}");
 }
 
 #[test]

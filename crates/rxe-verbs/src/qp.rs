@@ -109,11 +109,9 @@ impl Pd {
         {
             return Err(e);
         }
-        if c.max_send_wr == 0 || (init.srq.is_none() && c.max_recv_wr == 0) {
-            return Err(VerbsError::InvalidArgument(
-                "a QP needs at least one send and one receive entry".into(),
-            ));
-        }
+        // A queue of 0 entries is allowed, as kernel rxe and hardware
+        // allow it: a send-only QP (qperf's rc_bw client) or a
+        // receive-only one; posting to it fails as to a full queue.
         // As kernel rxe: a send WQE is large enough for max_send_sge SGEs
         // of 16 bytes, and inline data may use all of it, so the QP
         // reports that much inline room even when less was asked for

@@ -25,7 +25,7 @@ pub fn have(name: &str) -> bool {
         return false;
     }
     panic!(
-        "/usr/bin/{name} is missing: install ibverbs-utils, perftest and rdmacm-utils \
+        "/usr/bin/{name} is missing: install ibverbs-utils, perftest, rdmacm-utils and qperf \
          (scripts/setup.sh), or set RXE_SKIP_IBVERBS_TOOLS=1 to skip these tests"
     );
 }
