@@ -113,6 +113,24 @@ fn fail_size(e: c_int) -> isize {
     -1
 }
 
+/// The hook that makes an rsocket's eventfd readable: `rpoll` sleeps in
+/// poll(2) on it instead of looking again and again.
+fn wakeup(fd: c_int) -> Arc<dyn Fn() + Send + Sync> {
+    Arc::new(move || {
+        let one: u64 = 1;
+        // SAFETY: 8 bytes from a local to our own eventfd, which outlives
+        // the hook (rclose removes the hook before closing it).
+        unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+    })
+}
+
+/// Empties an rsocket's eventfd before it is checked again.
+fn drain(fd: c_int) {
+    let mut v: u64 = 0;
+    // SAFETY: our own non-blocking eventfd, into a local.
+    unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
+}
+
 /// A new rsocket entry on a fresh eventfd: its number.
 fn insert(kind: Kind, opts: RsOptions, nonblock: bool) -> Result<c_int, c_int> {
     // SAFETY: eventfd takes no pointers.
@@ -177,6 +195,7 @@ export! {"RDMACM_1.0" fn rlisten(socket: c_int, backlog: c_int) -> c_int, fail =
         Kind::Listening(_) => 0,
         Kind::Fresh { bound: Some(a) } => match RListener::listen(*a, backlog) {
             Ok(l) => {
+                l.set_wakeup(Some(wakeup(s.fd)));
                 *k = Kind::Listening(Arc::new(l));
                 0
             }
@@ -218,8 +237,10 @@ export! {"RDMACM_1.0" fn raccept(socket: c_int, addr: *mut c_void, len: *mut u32
     match l.accept(&opts, s.nonblock.load(Ordering::Relaxed)) {
         Ok(stream) => {
             let peer = stream.peer_addr();
-            match insert(Kind::Stream(Arc::new(stream)), opts, false) {
+            let stream = Arc::new(stream);
+            match insert(Kind::Stream(stream.clone()), opts, false) {
                 Ok(fd) => {
+                    stream.set_wakeup(Some(wakeup(fd)));
                     if let Some(p) = peer {
                         // SAFETY: the caller's address buffer, as accept(2).
                         unsafe { write_addr(p, addr, len) };
@@ -250,6 +271,7 @@ export! {"RDMACM_1.0" fn rconnect(socket: c_int, addr: *const c_void, len: u32) 
     // another thread still works.
     match RStream::connect(src, dst, &s.options()) {
         Ok(stream) => {
+            stream.set_wakeup(Some(wakeup(s.fd)));
             *s.kind() = Kind::Stream(Arc::new(stream));
             0
         }
@@ -420,8 +442,14 @@ export! {"RDMACM_1.0" fn rclose(socket: c_int) -> c_int, fail = -1, {
         return fail(libc::EBADF);
     };
     match &*s.kind() {
-        Kind::Stream(st) => st.close(),
-        Kind::Listening(l) => l.close(),
+        Kind::Stream(st) => {
+            st.set_wakeup(None);
+            st.close();
+        }
+        Kind::Listening(l) => {
+            l.set_wakeup(None);
+            l.close();
+        }
         Kind::Fresh { .. } => {}
     }
     // SAFETY: the eventfd this socket owned; its number is free again.
@@ -556,31 +584,43 @@ export! {"RDMACM_1.0" fn rgetsockname(socket: c_int, addr: *mut c_void, len: *mu
     }
 }}
 
-/// What an rsocket is ready for, as poll(2) bits.
+/// What an rsocket is ready for, as poll(2) bits; when nothing it waits
+/// for is there, its wakeup is armed and it is checked once more (what
+/// came in between would not wake it).
 fn revents(s: &RSocket, events: i16) -> i16 {
-    let mut r = 0i16;
-    match &*s.kind() {
-        Kind::Listening(l) => {
-            if l.has_request() {
-                r |= libc::POLLIN;
+    let check = |arm: bool| -> i16 {
+        let mut r = 0i16;
+        match &*s.kind() {
+            Kind::Listening(l) => {
+                if l.has_request() {
+                    r |= libc::POLLIN;
+                }
             }
+            Kind::Stream(st) => {
+                if arm {
+                    st.arm();
+                }
+                let (readable, writable, hup) = st.readiness();
+                if readable {
+                    r |= libc::POLLIN;
+                }
+                if writable {
+                    r |= libc::POLLOUT;
+                }
+                if hup {
+                    r |= libc::POLLHUP;
+                }
+            }
+            // As an unconnected TCP socket.
+            Kind::Fresh { .. } => r |= libc::POLLOUT | libc::POLLHUP,
         }
-        Kind::Stream(st) => {
-            let (readable, writable, hup) = st.readiness();
-            if readable {
-                r |= libc::POLLIN;
-            }
-            if writable {
-                r |= libc::POLLOUT;
-            }
-            if hup {
-                r |= libc::POLLHUP;
-            }
-        }
-        // As an unconnected TCP socket.
-        Kind::Fresh { .. } => r |= libc::POLLOUT | libc::POLLHUP,
+        r & (events | libc::POLLHUP | libc::POLLERR)
+    };
+    drain(s.fd);
+    match check(false) {
+        0 => check(true),
+        r => r,
     }
-    r & (events | libc::POLLHUP | libc::POLLERR)
 }
 
 export! {"RDMACM_1.0" fn rpoll(fds: *mut libc::pollfd, nfds: libc::nfds_t, timeout: c_int) -> c_int, fail = -1, {
@@ -595,13 +635,6 @@ export! {"RDMACM_1.0" fn rpoll(fds: *mut libc::pollfd, nfds: libc::nfds_t, timeo
         return unsafe { libc::poll(fds.as_mut_ptr(), nfds, timeout) };
     }
     let deadline = (timeout >= 0).then(|| Instant::now() + Duration::from_millis(timeout as u64));
-    // The program's own descriptors, polled beside the rsockets.
-    let mut plain: Vec<libc::pollfd> = fds
-        .iter()
-        .zip(&socks)
-        .filter(|(_, s)| s.is_none())
-        .map(|(p, _)| libc::pollfd { fd: p.fd, events: p.events, revents: 0 })
-        .collect();
     loop {
         let mut ready = 0;
         for (p, s) in fds.iter_mut().zip(&socks) {
@@ -612,30 +645,35 @@ export! {"RDMACM_1.0" fn rpoll(fds: *mut libc::pollfd, nfds: libc::nfds_t, timeo
                 }
             }
         }
-        let now = Instant::now();
-        let wait_ms = if ready > 0 {
-            0
-        } else {
-            // Short slices: rsocket readiness is found by looking.
-            deadline.map_or(1, |d| d.saturating_duration_since(now).as_millis().min(1) as c_int)
+        // The program's own descriptors as given, an rsocket as its
+        // eventfd, readable when its wakeup fired.
+        let mut all: Vec<libc::pollfd> = fds
+            .iter()
+            .zip(&socks)
+            .map(|(p, s)| libc::pollfd {
+                fd: p.fd,
+                events: if s.is_some() { libc::POLLIN } else { p.events },
+                revents: 0,
+            })
+            .collect();
+        let wait_ms = match deadline {
+            _ if ready > 0 => 0,
+            None => -1,
+            Some(d) => d
+                .saturating_duration_since(Instant::now())
+                .as_millis()
+                .min(c_int::MAX as u128) as c_int,
         };
-        if !plain.is_empty() {
-            // SAFETY: our own array of the program's descriptors.
-            let n = unsafe { libc::poll(plain.as_mut_ptr(), plain.len() as libc::nfds_t, wait_ms) };
-            if n < 0 {
-                return -1;
-            }
-        } else if wait_ms > 0 {
-            std::thread::sleep(Duration::from_micros(200));
+        // SAFETY: our own array.
+        let n = unsafe { libc::poll(all.as_mut_ptr(), all.len() as libc::nfds_t, wait_ms) };
+        if n < 0 {
+            return -1;
         }
-        let mut it = plain.iter();
-        for (p, s) in fds.iter_mut().zip(&socks) {
+        for ((p, s), q) in fds.iter_mut().zip(&socks).zip(&all) {
             if s.is_none() {
-                if let Some(q) = it.next() {
-                    p.revents = q.revents;
-                    if q.revents != 0 {
-                        ready += 1;
-                    }
+                p.revents = q.revents;
+                if q.revents != 0 {
+                    ready += 1;
                 }
             }
         }
@@ -647,7 +685,6 @@ export! {"RDMACM_1.0" fn rpoll(fds: *mut libc::pollfd, nfds: libc::nfds_t, timeo
         }
     }
 }}
-
 export! {"RDMACM_1.0" fn riomap(socket: c_int, buf: *mut c_void, len: usize, prot: c_int, flags: c_int, offset: i64) -> i64, fail = -1, {
     let _ = flags;
     let Some(s) = lookup(socket) else { return i64::from(fail(libc::EBADF)) };

@@ -182,6 +182,12 @@ impl RListener {
         self.id.local_addr()
     }
 
+    /// Calls `hook` when a CM event (a connection request) arrives; `None`
+    /// removes it. As [`RStream::set_wakeup`].
+    pub fn set_wakeup(&self, hook: Option<std::sync::Arc<dyn Fn() + Send + Sync>>) {
+        self.channel.set_event_hook(hook);
+    }
+
     /// `rclose`: refuses what is still waiting, stops listening.
     pub fn close(&self) {
         self.take_requests();

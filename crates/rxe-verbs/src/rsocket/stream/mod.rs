@@ -794,6 +794,21 @@ impl RStream {
         Ok(())
     }
 
+    /// Calls `hook` whenever a completion or a CM event may have changed
+    /// the stream's readiness, once [`RStream::arm`] asked for it (on the
+    /// device's thread: it must only do something small, as writing an
+    /// eventfd). `None` removes it.
+    pub fn set_wakeup(&self, hook: Option<std::sync::Arc<dyn Fn() + Send + Sync>>) {
+        self.res.cq.set_event_hook(hook.clone());
+        self.channel.set_event_hook(hook);
+    }
+
+    /// Asks for the next completion to call the wakeup hook; check the
+    /// readiness again afterwards, as one may have come in between.
+    pub fn arm(&self) {
+        let _ = self.res.cq.req_notify(NotifyKind::NextCompletion);
+    }
+
     /// Readiness for `rpoll`: (bytes or the end to read, room to write,
     /// the connection is gone).
     pub fn readiness(&self) -> (bool, bool, bool) {
