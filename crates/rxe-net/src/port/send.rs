@@ -3,6 +3,8 @@
 //! GSO runs where the socket can, and sent with `sendmmsg`.
 
 use super::*;
+use rxe_core::transport::{ECN_ECT0, ECN_MASK};
+use rxe_core::wire::Opcode;
 
 impl NetPort {
     /// Drains the engine's `poll_transmit` into the send slots, fills each
@@ -95,7 +97,17 @@ impl NetPort {
             0 => DEFAULT_HOP_LIMIT,
             h => h,
         };
-        let traffic_class = t.dest.traffic_class;
+        // ECN (rxe-core's congestion module): a CNP leaves with its own
+        // DSCP and not ECN-capable; every other packet ECT(0) when on.
+        let traffic_class = if packet[0] == Opcode::CNP.0 {
+            c.inc(NetCounter::SentCnps);
+            self.cnp_traffic_class.load(Ordering::Relaxed)
+        } else if self.ect.load(Ordering::Relaxed) {
+            c.inc(NetCounter::SentEct);
+            (t.dest.traffic_class & !ECN_MASK) | ECN_ECT0
+        } else {
+            t.dest.traffic_class
+        };
         // What `WireHeaders::new` would refuse (sealing builds them later):
         // more than one UDP datagram carries. The families agree (above).
         let max = if src.is_ipv4() { 65_507 } else { 65_527 };
