@@ -712,6 +712,10 @@ fn ce_marks_are_answered_by_cnps_over_loopback() {
         }
     }
     assert!(seen.iter().all(|&n| n > 0), "{seen:?}");
-    let _ = std::fs::remove_file(&cap);
+    if std::env::var_os("RXE_NET_KEEP_CAPTURE").is_none() {
+        let _ = std::fs::remove_file(&cap);
+    } else {
+        eprintln!("capture kept: {}", cap.display());
+    }
     let _ = qb;
 }
