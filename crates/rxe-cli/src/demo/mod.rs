@@ -92,8 +92,16 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         ),
     };
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let a = place::add_device(&rxe_verbs::Target::Address(args.ip_a), None)?;
-    let b = match place::add_device(&rxe_verbs::Target::Address(args.ip_b), None) {
+    let a = place::add_device(
+        &rxe_verbs::Target::Address(args.ip_a),
+        None,
+        rxe_verbs::DeviceConfig::default_congestion(),
+    )?;
+    let b = match place::add_device(
+        &rxe_verbs::Target::Address(args.ip_b),
+        None,
+        rxe_verbs::DeviceConfig::default_congestion(),
+    ) {
         Ok(b) => b,
         Err(e) => {
             let _ = a.remove();
