@@ -31,6 +31,7 @@ use rxe_verbs::{
 use crate::place;
 
 mod basic;
+mod congestion;
 mod memory;
 
 #[derive(clap::Args, Debug)]
@@ -58,6 +59,7 @@ const WRITE_AT: usize = 1024;
 const READ_AT: usize = 8192;
 const ATOMIC_AT: usize = 12288;
 const UD_AT: usize = 12800;
+// 14336..16384: the ECN step's WRITE target (congestion.rs).
 const MR_LEN: usize = 16384;
 
 struct Side {
@@ -291,8 +293,10 @@ impl Demo<'_> {
         demo.step(7, "FAST REG", Demo::fast_reg)?;
         demo.step(8, "ATOMIC WRITE", Demo::atomic_write)?;
         demo.step(9, "FLUSH", Demo::flush)?;
-        // Last: its refused WRITE ends the RC connection (both QPs in ERR).
+        // Its refused WRITE ends the RC connection (both QPs in ERR).
         demo.step(10, "MEMORY WINDOW", Demo::memory_window)?;
+        // On a QP pair of its own.
+        demo.step(11, "ECN AND CNP", Demo::congestion)?;
         demo.summary()
     }
 

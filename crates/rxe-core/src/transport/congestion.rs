@@ -26,7 +26,7 @@
 //!   48) and the 802.1p priority `cnp_802p_prio` (default 6, recorded for
 //!   devices on a VLAN; rxe's UDP sockets carry no VLAN tag). Data packets
 //!   go out ECT(0) when `ecn` is on (on by default, as on a ConnectX with
-//!   ECN enabled). Both are the device's job (`rxe-net`): it reads the
+//!   ECN enabled), unless their address vector sets the ECN field itself. Both are the device's job (`rxe-net`): it reads the
 //!   opcode of each packet.
 //! - The RP ignores a CNP (`rp_cnp_ignored`) for an unknown QPN, a QP that
 //!   is not RC or UC, a QP that cannot send (not RTS or SQD), a CNP that
@@ -109,14 +109,22 @@ impl CongestionConfig {
     }
 
     /// The traffic class a data packet goes out with, from its address
-    /// vector's: the ECN bits replaced by ECT(0) when `ecn` is on (an
-    /// application's traffic class carries the DSCP in its upper six bits).
+    /// vector's (DSCP in the upper six bits): ECT(0) in the ECN field when
+    /// `ecn` is on and the address vector leaves the field Not-ECT. An
+    /// address vector that sets the ECN field itself keeps it (a test or
+    /// the demo sends CE that way, standing in for a marking switch).
     pub fn data_traffic_class(&self, av_traffic_class: u8) -> u8 {
-        if self.ecn {
-            (av_traffic_class & !ECN_MASK) | ECN_ECT0
-        } else {
-            av_traffic_class
-        }
+        data_traffic_class(self.ecn, av_traffic_class)
+    }
+}
+
+/// [`CongestionConfig::data_traffic_class`] with `ecn` given alone (the
+/// device's send path keeps only that bit).
+pub const fn data_traffic_class(ecn: bool, av_traffic_class: u8) -> u8 {
+    if ecn && av_traffic_class & ECN_MASK == 0 {
+        av_traffic_class | ECN_ECT0
+    } else {
+        av_traffic_class
     }
 }
 
@@ -182,7 +190,8 @@ mod tests {
     fn traffic_classes_of_data_and_cnps() {
         let c = CongestionConfig::default();
         assert_eq!(c.data_traffic_class(0), 0b10);
-        assert_eq!(c.data_traffic_class(0xb8 | 0b11), 0xb8 | 0b10);
+        assert_eq!(c.data_traffic_class(0xb8), 0xb8 | 0b10);
+        assert_eq!(c.data_traffic_class(0xb8 | 0b11), 0xb8 | 0b11, "CE kept");
         assert_eq!(c.cnp_traffic_class(), 48 << 2);
         assert!(!is_ce(c.cnp_traffic_class()));
         let off = CongestionConfig::off();

@@ -86,8 +86,8 @@ mod window;
 mod wr;
 
 pub use congestion::{
-    is_ce, CongestionConfig, DEFAULT_CNP_DSCP, DEFAULT_CNP_PRIO, DEFAULT_MIN_TIME_BETWEEN_CNPS,
-    ECN_CE, ECN_ECT0, ECN_MASK,
+    data_traffic_class, is_ce, CongestionConfig, DEFAULT_CNP_DSCP, DEFAULT_CNP_PRIO,
+    DEFAULT_MIN_TIME_BETWEEN_CNPS, ECN_CE, ECN_ECT0, ECN_MASK,
 };
 pub use counters::{Counter, Counters};
 pub use dcqcn::{CnpEffect, Dcqcn, DcqcnParams, MAX_REPLAY_EVENTS, PACING_SLACK};

@@ -83,7 +83,8 @@ pub struct NetPort {
     waker: Mutex<Option<Arc<mio::Waker>>>,
     unread: AtomicBool,
     send_blocked: AtomicBool,
-    /// Data packets go out ECT(0) (`set_congestion`).
+    /// The congestion settings' IP half (`set_congestion`): whether data
+    /// packets go out ECT(0).
     ect: AtomicBool,
     /// The IP TOS / traffic class of CNPs.
     cnp_traffic_class: AtomicU8,

@@ -3,7 +3,7 @@
 //! GSO runs where the socket can, and sent with `sendmmsg`.
 
 use super::*;
-use rxe_core::transport::{ECN_ECT0, ECN_MASK};
+use rxe_core::transport::{data_traffic_class, ECN_ECT0, ECN_MASK};
 use rxe_core::wire::Opcode;
 
 impl NetPort {
@@ -102,11 +102,12 @@ impl NetPort {
         let traffic_class = if packet[0] == Opcode::CNP.0 {
             c.inc(NetCounter::SentCnps);
             self.cnp_traffic_class.load(Ordering::Relaxed)
-        } else if self.ect.load(Ordering::Relaxed) {
-            c.inc(NetCounter::SentEct);
-            (t.dest.traffic_class & !ECN_MASK) | ECN_ECT0
         } else {
-            t.dest.traffic_class
+            let tc = data_traffic_class(self.ect.load(Ordering::Relaxed), t.dest.traffic_class);
+            if tc & ECN_MASK == ECN_ECT0 {
+                c.inc(NetCounter::SentEct);
+            }
+            tc
         };
         // What `WireHeaders::new` would refuse (sealing builds them later):
         // more than one UDP datagram carries. The families agree (above).
