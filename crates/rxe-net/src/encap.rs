@@ -551,13 +551,20 @@ mod tests {
         };
         let o = open(&p, &info, OpenOptions::default()).unwrap();
         assert_eq!(&o.meta.grh[..], h.ip_header());
-        // Masked: another hop limit and traffic class still verify.
+        assert!(!o.meta.ce);
+        // Masked: another hop limit and traffic class still verify; ECN
+        // bits 11 (a switch's CE mark) tell the engine.
         let masked = RecvInfo {
             hop_limit: None,
-            traffic_class: Some(3),
+            traffic_class: Some(0x20 | 3),
             ..info
         };
-        assert!(open(&p, &masked, OpenOptions::default()).is_ok());
+        assert!(open(&p, &masked, OpenOptions::default()).unwrap().meta.ce);
+        let ect = RecvInfo {
+            traffic_class: Some(0x20 | 2),
+            ..info
+        };
+        assert!(!open(&p, &ect, OpenOptions::default()).unwrap().meta.ce);
         let mut c = p.clone();
         c[20] ^= 1;
         assert_eq!(

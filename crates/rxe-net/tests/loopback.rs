@@ -607,6 +607,10 @@ fn rc_over_ipv6_loopback_to_itself() {
         rxe_core::wire::icrc::verify(&scope, t).unwrap();
         rxe_core::wire::TransportRepr::parse(t).unwrap();
         assert_ne!(&udp[6..8], &[0, 0], "the UDP checksum the kernel computes");
+        // The traffic class (bits 4..12): ECT(0), sent and received
+        // (IPV6_TCLASS on send, IPV6_RECVTCLASS on receive).
+        let tclass = (u16::from_be_bytes([ip6[0], ip6[1]]) >> 4) as u8;
+        assert_eq!(tclass, 0b10, "ECN-capable");
         n += 1;
     }
     // Each packet is recorded twice: sent, then received.
