@@ -2,7 +2,8 @@
 # Installs what rxe's tests need on a fresh Debian 12 machine: tshark (the
 # tests check that Wireshark's dissector reads what rxe builds), iproute2
 # (a test makes its own network namespace with a veth pair), ethtool (the
-# GSO test turns a veth's segmentation offload off), Debian's own
+# GSO test turns a veth's segmentation offload off), nftables (the
+# congestion test's switch marks ECN CE with an nft rule), Debian's own
 # RDMA programs with the libibverbs headers (the drop-in libibverbs.so.1 is
 # tested with ibverbs-utils, perftest, rdmacm-utils and qperf, its struct layouts against
 # libibverbs-dev's headers) and chromium (headless: the `rxe ladder` page's
@@ -14,6 +15,7 @@ need_apt=()
 command -v tshark >/dev/null 2>&1 || need_apt+=(tshark)
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 command -v ethtool >/dev/null 2>&1 || need_apt+=(ethtool)
+command -v nft >/dev/null 2>&1 || need_apt+=(nftables)
 command -v ibv_rc_pingpong >/dev/null 2>&1 || need_apt+=(ibverbs-utils)
 command -v ib_write_bw >/dev/null 2>&1 || need_apt+=(perftest)
 [ -e /usr/include/infiniband/verbs.h ] || need_apt+=(libibverbs-dev)

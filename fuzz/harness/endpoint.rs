@@ -377,6 +377,7 @@ impl Harness {
             sgid: peer_gid(),
             dgid: local_gid(),
             grh,
+            ce: false,
         }
     }
 

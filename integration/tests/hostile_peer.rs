@@ -43,6 +43,8 @@ const VOLUME: &[&str] = &[
     "net_sent_bytes",
     "net_rcvd_pkts",
     "net_rcvd_bytes",
+    // Every data packet leaves ECN-capable (docs/congestion.md).
+    "net_sent_ect_pkts",
 ];
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
@@ -522,9 +524,24 @@ fn reserved_and_foreign_opcodes_are_dropped() {
     let p = Packet::send_only(l.qpn(), RQ_PSN, &[0; 16]).opcode(0xa4);
     l.silent_drop(p, Icrc::Seal, name(Counter::DropWrongTransport));
     // A CNP (RoCEv2 Annex A17.9.3: congestion notification, 16 reserved
-    // bytes) addressed to the QP: not a request of its transport.
+    // bytes) from the QP's peer: no request, but the congestion signal
+    // the reaction point handles (docs/congestion.md). It is answered by
+    // nothing and lowers the QP's rate once.
     let p = Packet::send_only(l.qpn(), RQ_PSN, &[0; 16]).opcode(0x81);
-    l.silent_drop(p, Icrc::Seal, name(Counter::DropWrongTransport));
+    let before = l.counters();
+    l.peer.send(p, Icrc::Seal);
+    l.wait_counter(name(Counter::RpCnpHandled), 1);
+    l.peer.assert_silent(QUIET);
+    l.assert_moved(
+        &before,
+        &[
+            (name(Counter::RpCnpHandled), 1),
+            (name(Counter::RpRateReductions), 1),
+        ],
+    );
+    // A CNP for no QP of the device: ignored, and counted so.
+    let p = Packet::send_only(0xabcdef, RQ_PSN, &[0; 16]).opcode(0x81);
+    l.silent_drop(p, Icrc::Seal, name(Counter::RpCnpIgnored));
     l.good_send();
 }
 

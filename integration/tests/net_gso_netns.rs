@@ -17,7 +17,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant as StdInstant};
 
-use rxe_core::transport::{AddressVector, Instant, RecvMeta, Transmit};
+use rxe_core::transport::{AddressVector, Instant, RecvMeta, Transmit, ECN_ECT0};
 use rxe_core::wire::icrc;
 use rxe_core::wire::{BthRepr, ExtReprs, IcrcScope, Opcode, TransportRepr};
 use rxe_net::encap::{self, OpenOptions, RecvInfo};
@@ -195,7 +195,9 @@ fn inner_gso_ids() {
         let id = u16::from_be_bytes([ip[4], ip[5]]);
         assert_eq!(id, want_ids[k], "frame {k}: the kernel's ID");
         assert_eq!(ip[6] & 0x40, 0x40, "frame {k}: DF");
-        assert_eq!(ip[1], lens[k].1, "frame {k}: TOS");
+        // The address vector's TOS, with ECT(0): the port sends
+        // ECN-capable by default (rxe-core's congestion module).
+        assert_eq!(ip[1], lens[k].1 | ECN_ECT0, "frame {k}: TOS");
         assert_eq!(t.len(), lens[k].0, "frame {k}: length");
         // The packet as the engine made it, in order (the PSN).
         let (p, _) = &packets[k];

@@ -113,18 +113,30 @@ fn write_tree(
     if let Ok(p) = &d.packet {
         let at = d.frame.transport.as_ptr() as usize - d.data.as_ptr() as usize + p.header_len;
         let shown = &p.payload[..p.payload.len().min(16)];
-        writeln!(
-            out,
-            "    payload @{at}, {} bytes + {} pad: {}{}",
-            p.payload.len(),
-            p.repr.bth.pad_count,
-            hex(shown),
-            if p.payload.len() > shown.len() {
-                " ..."
-            } else {
-                ""
-            }
-        )?;
+        if p.info.operation == rxe_core::wire::Operation::Cnp {
+            // RoCEv2 Annex A17.9.3: the CNP's body is reserved.
+            writeln!(
+                out,
+                "    reserved @{at}, {} bytes: {} (CNP: sent as zero, ignored on receive; \
+                 QP {:#x} lowers its sending rate, DCQCN)",
+                p.payload.len(),
+                hex(shown),
+                p.repr.bth.dest_qp
+            )?;
+        } else {
+            writeln!(
+                out,
+                "    payload @{at}, {} bytes + {} pad: {}{}",
+                p.payload.len(),
+                p.repr.bth.pad_count,
+                hex(shown),
+                if p.payload.len() > shown.len() {
+                    " ..."
+                } else {
+                    ""
+                }
+            )?;
+        }
     }
     if let Some(m) = found {
         mad::write_tree(out, m)?;

@@ -46,7 +46,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     let mut devs = Vec::new();
     let mut failed = false;
     for t in &targets {
-        match place::add_device(t, None) {
+        match place::add_device(t, None, args.place.congestion.config()) {
             Ok(dev) => devs.push(dev),
             // With one target the error is the command's; with several,
             // report it and go on to the others.
@@ -202,6 +202,10 @@ pub fn write_device(out: &mut impl Write, dev: &Device, verbose: bool) -> Result
                 PortState::Down => "DISABLED (3)",
             };
             writeln!(out, "\t\t\tphys_state:\t\t{phys}")?;
+            // Not an ibv_devinfo line: rxe's ECN and DCQCN settings, under
+            // ConnectX firmware's parameter names.
+            writeln!(out, "\t\t\tcongestion control (ECN, CNP, DCQCN):")?;
+            crate::congestion::describe(out, &dev.congestion())?;
         }
         for g in dev.gid_table(port)? {
             writeln!(out, "{}", gid_line(g.index, &g.gid))?;

@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod busy_poll;
+mod congestion;
 mod demo;
 mod devices;
 mod dissect;

@@ -8,7 +8,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use rxe_verbs::{gid_of, Device, DeviceConfig, Target};
+use rxe_verbs::{gid_of, CongestionConfig, Device, DeviceConfig, Target};
+
+use crate::congestion::CongestionArgs;
 
 /// `--ip ADDR` / `-d IFACE`.
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -27,6 +29,8 @@ pub struct Place {
         conflicts_with = "ip"
     )]
     pub iface: Option<String>,
+    #[command(flatten)]
+    pub congestion: CongestionArgs,
 }
 
 impl Place {
@@ -80,7 +84,7 @@ pub fn run_on_device(
             None => Target::Interface(default_interface()?),
         },
     };
-    let dev = add_device(&target, capture.pcap.as_deref())?;
+    let dev = add_device(&target, capture.pcap.as_deref(), place.congestion.config())?;
     let result = session(&dev, &target);
     if result.is_ok() {
         std::thread::sleep(linger);
@@ -91,12 +95,17 @@ pub fn run_on_device(
 
 /// Adds a device on `target`, recording its packets to `capture` if
 /// given, with an error that says what went wrong in one line.
-pub fn add_device(target: &Target, capture: Option<&Path>) -> Result<Device> {
+pub fn add_device(
+    target: &Target,
+    capture: Option<&Path>,
+    congestion: CongestionConfig,
+) -> Result<Device> {
     let mut config = match target {
         Target::Address(ip) => DeviceConfig::on_address(*ip),
         Target::Interface(i) => DeviceConfig::on_interface(i),
     };
     config.capture = capture.map(Path::to_path_buf);
+    config.congestion = congestion;
     Device::add(config).with_context(|| format!("cannot add a device on {}", describe(target)))
 }
 

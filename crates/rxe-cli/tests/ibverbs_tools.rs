@@ -189,9 +189,18 @@ fn ibv_devices_and_ibv_devinfo_see_the_device() {
             .map(|l| l.split_whitespace().last().unwrap().to_string())
     };
     assert_eq!(guid(&t), guid(&info.text()));
-    // Field for field what `rxe info -v` says, but for rxe's two additions.
+    // Field for field what `rxe info -v` says, but for rxe's additions:
+    // two lines, and the congestion control settings (from their heading
+    // to the GID table).
+    let mut in_cc = false;
     for l in info.stdout.iter().filter(|l| {
-        !l.trim().is_empty()
+        if l.starts_with("\t\t\tcongestion control") {
+            in_cc = true;
+        } else if l.starts_with("\t\t\tGID[") {
+            in_cc = false;
+        }
+        !in_cc
+            && !l.trim().is_empty()
             && !l.starts_with("\tmax_inline_data:")
             && !l.starts_with("\t\t\tnetdev:")
     }) {

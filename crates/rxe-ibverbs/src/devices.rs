@@ -188,6 +188,7 @@ fn device_for(spec: &DeviceSpec, index: u32, count: usize) -> &'static RxeDevice
             target: spec.target.clone(),
             capture: capture_for(&spec.name, count),
             gso: DeviceConfig::default_gso(),
+            congestion: DeviceConfig::default_congestion(),
         },
         probe: Mutex::new(None),
     }));

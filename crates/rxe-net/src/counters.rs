@@ -72,6 +72,12 @@ net_counters! {
     /// Received datagrams the kernel had coalesced (`UDP_GRO`), each split
     /// into its packets.
     RcvdGroDatagrams => "rcvd_gro_datagrams",
+    /// Packets sent ECN-capable (ECT(0) in the IP header).
+    SentEct => "sent_ect_pkts",
+    /// CNPs sent (non-ECT, with the CNP DSCP).
+    SentCnps => "sent_cnp_pkts",
+    /// Received packets whose IP header said Congestion Experienced.
+    RcvdCe => "rcvd_ce_pkts",
 }
 
 /// The counters of one port, updated from any thread without locks.

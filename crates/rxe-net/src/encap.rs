@@ -21,7 +21,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use rxe_core::transport::RecvMeta;
+use rxe_core::transport::{is_ce, RecvMeta};
 use rxe_core::wire::icrc::{self, IcrcScope, ICRC_LEN};
 use rxe_core::wire::ip_udp::{self, RoceV2Ip};
 use rxe_core::wire::{bth, grh};
@@ -340,6 +340,10 @@ pub fn open<'a>(
         sgid: gid_of(info.src.ip()),
         dgid: gid_of(info.dst.ip()),
         grh: headers.grh_space(),
+        // The kernel reports the TOS / traffic class of each datagram
+        // (IP_RECVTOS / IPV6_RECVTCLASS); GRO coalesces only datagrams
+        // with equal ones, so every segment of a batch shares it.
+        ce: info.traffic_class.is_some_and(is_ce),
     };
     Ok(Opened {
         packet: payload,
@@ -547,13 +551,20 @@ mod tests {
         };
         let o = open(&p, &info, OpenOptions::default()).unwrap();
         assert_eq!(&o.meta.grh[..], h.ip_header());
-        // Masked: another hop limit and traffic class still verify.
+        assert!(!o.meta.ce);
+        // Masked: another hop limit and traffic class still verify; ECN
+        // bits 11 (a switch's CE mark) tell the engine.
         let masked = RecvInfo {
             hop_limit: None,
-            traffic_class: Some(3),
+            traffic_class: Some(0x20 | 3),
             ..info
         };
-        assert!(open(&p, &masked, OpenOptions::default()).is_ok());
+        assert!(open(&p, &masked, OpenOptions::default()).unwrap().meta.ce);
+        let ect = RecvInfo {
+            traffic_class: Some(0x20 | 2),
+            ..info
+        };
+        assert!(!open(&p, &ect, OpenOptions::default()).unwrap().meta.ce);
         let mut c = p.clone();
         c[20] ^= 1;
         assert_eq!(

@@ -25,6 +25,8 @@ struct Dev {
     engine: Arc<Mutex<EndpointEngine>>,
     waker: DriverWaker,
     driver: Option<Driver>,
+    /// The traffic class of the address vectors that reach this device.
+    tclass: std::cell::Cell<u8>,
 }
 
 impl Dev {
@@ -53,6 +55,7 @@ impl Dev {
             waker: driver.waker(),
             engine,
             driver: Some(driver),
+            tclass: std::cell::Cell::new(0),
         })
     }
 
@@ -78,7 +81,7 @@ impl Dev {
             dgid: gid_of(self.ip),
             sgid_index: 0,
             hop_limit: 64,
-            traffic_class: 0,
+            traffic_class: self.tclass.get(),
             flow_label: 0,
             sl: 0,
             src_port: None,
@@ -604,6 +607,10 @@ fn rc_over_ipv6_loopback_to_itself() {
         rxe_core::wire::icrc::verify(&scope, t).unwrap();
         rxe_core::wire::TransportRepr::parse(t).unwrap();
         assert_ne!(&udp[6..8], &[0, 0], "the UDP checksum the kernel computes");
+        // The traffic class (bits 4..12): ECT(0), sent and received
+        // (IPV6_TCLASS on send, IPV6_RECVTCLASS on receive).
+        let tclass = (u16::from_be_bytes([ip6[0], ip6[1]]) >> 4) as u8;
+        assert_eq!(tclass, 0b10, "ECN-capable");
         n += 1;
     }
     // Each packet is recorded twice: sent, then received.
@@ -619,4 +626,100 @@ fn ip_octets(ip: IpAddr) -> [u8; 16] {
         IpAddr::V6(v6) => v6.octets(),
         IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
     }
+}
+
+/// ECN over real sockets: a sender whose address vector asks for the
+/// traffic class CE (its own ECN off, so the class goes out as given)
+/// stands in for a switch that marked its packets. The receiver counts
+/// the marks, answers with CNPs (non-ECT, DSCP 48) and sends its own
+/// packets ECT(0); the sender's QP gets rate limited; the data arrives.
+#[test]
+fn ce_marks_are_answered_by_cnps_over_loopback() {
+    use rxe_core::transport::{CongestionConfig, Counter};
+    let ip_a = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 190));
+    let ip_b = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 191));
+    let a = Dev::new(ip_a);
+    let b = Dev::new(ip_b);
+    let marking = CongestionConfig {
+        ecn: false,
+        ..CongestionConfig::default()
+    };
+    a.port.set_congestion(&marking);
+    a.with(|e| e.endpoint.set_congestion(marking));
+    let cap = std::env::temp_dir().join(format!("rxe-net-ce-{}.pcap", std::process::id()));
+    b.port.set_tap(Some(PcapTap::create(&cap).unwrap()));
+    // a's QP reaches b with traffic class CE.
+    b.tclass.set(0x03);
+    let (qa, qb) = connect(&a, &b, PathMtu::Mtu1024);
+    let len = 256 * 1024;
+    let src = pattern(len, 9);
+    let ks = a.reg(0x10_0000, src.clone());
+    let kt = b.reg(0x20_0000, vec![0; len]);
+    let write = |id| {
+        wr(
+            id,
+            SendOp::RdmaWrite {
+                remote_addr: 0x20_0000,
+                rkey: kt.raw(),
+            },
+            vec![sge(0x10_0000, len as u32, ks)],
+        )
+    };
+    for id in 0..4 {
+        a.with(|e| e.endpoint.post_send(qa, write(id)).unwrap());
+        assert_eq!(a.wait(qa, WorkQueue::Send, id).status, WcStatus::Success);
+    }
+    assert_eq!(b.bytes(kt), src);
+    let tap = b.port.set_tap(None).unwrap();
+    tap.finish().unwrap();
+    let (nb, na) = (b.port.counters(), a.port.counters());
+    assert!(nb.get(NetCounter::RcvdCe) > 0, "{:?}", nb.snapshot());
+    assert!(nb.get(NetCounter::SentCnps) > 0);
+    assert!(nb.get(NetCounter::SentEct) > 0, "b's ACKs are ECT(0)");
+    assert_eq!(na.get(NetCounter::SentEct), 0);
+    let (ce, cnps) = b.with(|e| {
+        let c = e.endpoint.counters();
+        (
+            c.get(Counter::NpEcnMarkedPackets),
+            c.get(Counter::NpCnpSent),
+        )
+    });
+    assert_eq!(ce, nb.get(NetCounter::RcvdCe));
+    assert_eq!(cnps, nb.get(NetCounter::SentCnps));
+    let handled = a.with(|e| e.endpoint.counters().get(Counter::RpCnpHandled));
+    assert!(handled > 0);
+    // In b's capture: what came from a is CE, b's CNPs DSCP 48 non-ECT,
+    // b's ACKs ECT(0); every frame good.
+    let mut seen = [0usize; 3];
+    for f in CaptureReader::open(&cap).unwrap() {
+        let f = f.unwrap();
+        let d = dissect(f.link_type, &f.data)
+            .unwrap()
+            .expect("a RoCE frame");
+        assert!(d.is_good(), "frame {}: {:?}", f.number, d.problems());
+        let tos = d.frame.ip.expect("IPv4")[1];
+        let opcode = d.frame.transport[0];
+        let from_b = matches!(d.frame.addresses(), Some((s, _)) if s == ip_b);
+        match (from_b, opcode) {
+            (false, _) => {
+                assert_eq!(tos, 0x03);
+                seen[0] += 1;
+            }
+            (true, 0x81) => {
+                assert_eq!(tos, 48 << 2);
+                seen[1] += 1;
+            }
+            (true, _) => {
+                assert_eq!(tos, 0x02);
+                seen[2] += 1;
+            }
+        }
+    }
+    assert!(seen.iter().all(|&n| n > 0), "{seen:?}");
+    if std::env::var_os("RXE_NET_KEEP_CAPTURE").is_none() {
+        let _ = std::fs::remove_file(&cap);
+    } else {
+        eprintln!("capture kept: {}", cap.display());
+    }
+    let _ = qb;
 }

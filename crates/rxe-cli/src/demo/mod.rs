@@ -31,6 +31,7 @@ use rxe_verbs::{
 use crate::place;
 
 mod basic;
+mod congestion;
 mod memory;
 
 #[derive(clap::Args, Debug)]
@@ -58,6 +59,7 @@ const WRITE_AT: usize = 1024;
 const READ_AT: usize = 8192;
 const ATOMIC_AT: usize = 12288;
 const UD_AT: usize = 12800;
+// 14336..16384: the ECN step's WRITE target (congestion.rs).
 const MR_LEN: usize = 16384;
 
 struct Side {
@@ -92,8 +94,16 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         ),
     };
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let a = place::add_device(&rxe_verbs::Target::Address(args.ip_a), None)?;
-    let b = match place::add_device(&rxe_verbs::Target::Address(args.ip_b), None) {
+    let a = place::add_device(
+        &rxe_verbs::Target::Address(args.ip_a),
+        None,
+        rxe_verbs::DeviceConfig::default_congestion(),
+    )?;
+    let b = match place::add_device(
+        &rxe_verbs::Target::Address(args.ip_b),
+        None,
+        rxe_verbs::DeviceConfig::default_congestion(),
+    ) {
         Ok(b) => b,
         Err(e) => {
             let _ = a.remove();
@@ -283,8 +293,10 @@ impl Demo<'_> {
         demo.step(7, "FAST REG", Demo::fast_reg)?;
         demo.step(8, "ATOMIC WRITE", Demo::atomic_write)?;
         demo.step(9, "FLUSH", Demo::flush)?;
-        // Last: its refused WRITE ends the RC connection (both QPs in ERR).
+        // Its refused WRITE ends the RC connection (both QPs in ERR).
         demo.step(10, "MEMORY WINDOW", Demo::memory_window)?;
+        // On a QP pair of its own.
+        demo.step(11, "ECN AND CNP", Demo::congestion)?;
         demo.summary()
     }
 

@@ -68,6 +68,22 @@ counters! {
     RdmaRecvs => "rdma_recvs",
     /// Copies of multicast packets handed to attached QPs (one per QP).
     RcvdMcastCopies => "rcvd_mcast_copies",
+    /// Notification point: packets that arrived marked CE (ConnectX
+    /// `np_ecn_marked_roce_packets`).
+    NpEcnMarkedPackets => "np_ecn_marked_roce_packets",
+    /// Notification point: CNPs sent (ConnectX `np_cnp_sent`).
+    NpCnpSent => "np_cnp_sent",
+    /// Notification point: CE-marked packets of a QP answered by no CNP,
+    /// because its last one was sent less than `min_time_between_cnps` ago.
+    NpCnpSuppressed => "np_cnp_suppressed",
+    /// Reaction point: CNPs that reached a QP that reacts (ConnectX
+    /// `rp_cnp_handled`).
+    RpCnpHandled => "rp_cnp_handled",
+    /// Reaction point: CNPs for no QP, or a QP that cannot react (ConnectX
+    /// `rp_cnp_ignored`).
+    RpCnpIgnored => "rp_cnp_ignored",
+    /// Reaction point: rate reductions made (DCQCN).
+    RpRateReductions => "rp_rate_reductions",
     /// Dropped: fewer bytes than a header needs.
     DropTruncated => "drop_truncated",
     /// Dropped: a field with a value not allowed there.

@@ -13,10 +13,20 @@
 //! number, each counting the QPs attached to it. A request for a QP
 //! attached to an SRQ reaches the responder with that SRQ (one more map
 //! lookup for that packet, by the number the QP names; no scan).
+//!
+//! Congestion control (`congestion`, `dcqcn`) is applied here, around the
+//! QP's two sides: a CE-marked packet queues a CNP that `poll_transmit`
+//! sends before anything else of the QP; a CNP for a QP feeds its DCQCN
+//! state, which then paces the requester: `poll_transmit` skips the
+//! requester of a QP whose next packet is not due, and the QP's deadline
+//! (`poll_timeout`) becomes the time it is. A QP that never got a CNP has
+//! no DCQCN state and pays one `Option` check per packet.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
+use super::congestion::{emit_cnp, CongestionConfig, Notifier};
 use super::counters::{Counter, Counters};
+use super::dcqcn::Dcqcn;
 use super::error::{EndpointError, PostError};
 use super::io::{RecvMeta, Transmit};
 use super::memory::MemoryAccess;
@@ -28,7 +38,7 @@ use super::recv::{Responder, Srq, SrqAttr, SrqInit};
 use super::send::Requester;
 use super::time::Instant;
 use super::wr::{RecvWr, SendWr, WorkCompletion};
-use crate::wire::{Transport, TransportPacket, TransportRepr};
+use crate::wire::{Operation, Transport, TransportPacket, TransportRepr};
 
 /// The QPN of the general services interface (IBTA 3.5.1).
 pub const GSI_QPN: u32 = 1;
@@ -57,6 +67,29 @@ struct Qp {
     /// Whether the QP is in the endpoint's `ready` queue, so that queueing
     /// it does not search the queue.
     queued: bool,
+    /// The notification point's state (CNPs owed to the peer).
+    np: Notifier,
+    /// The reaction point's rate state, from the QP's first CNP on.
+    rp: Option<Box<Dcqcn>>,
+    /// Rate reductions of `rp` already added to the endpoint's counters.
+    rp_counted: u64,
+    /// The requester is held back by pacing until then.
+    pace_wait: Option<Instant>,
+}
+
+impl Qp {
+    fn new(common: QpCommon) -> Qp {
+        Qp {
+            common,
+            req: Requester::new(),
+            resp: Responder::new(),
+            queued: false,
+            np: Notifier::default(),
+            rp: None,
+            rp_counted: 0,
+            pace_wait: None,
+        }
+    }
 }
 
 /// The transport engine of one port.
@@ -82,6 +115,8 @@ pub struct Endpoint {
     events: VecDeque<AsyncEvent>,
     /// Multicast GID -> the UD QPs attached to it.
     mcast: McastGroups,
+    /// ECN, CNPs and DCQCN.
+    cc: CongestionConfig,
 }
 
 impl Endpoint {
@@ -103,7 +138,26 @@ impl Endpoint {
             completions: VecDeque::new(),
             events: VecDeque::new(),
             mcast: McastGroups::new(),
+            cc: CongestionConfig::default(),
         }
+    }
+
+    /// The port's congestion control settings (ECN, CNPs, DCQCN). QPs
+    /// already rate limited keep the DCQCN parameters they started with.
+    pub fn set_congestion(&mut self, cc: CongestionConfig) {
+        self.cc = cc;
+    }
+
+    pub fn congestion(&self) -> &CongestionConfig {
+        &self.cc
+    }
+
+    /// The sending rate of QP `qpn` in Mb/s while DCQCN limits it; `None`
+    /// at line rate (no CNP yet, or recovered) or for no such QP.
+    pub fn qp_rate_mbps(&mut self, qpn: u32, now: Instant) -> Option<f64> {
+        let rp = self.qps.get_mut(&qpn)?.rp.as_mut()?;
+        rp.advance(now);
+        rp.is_limited().then(|| rp.rate_mbps())
     }
 
     /// Starts QP numbering at `qpn` (wrapped into `0x11..=0xffffff`)
@@ -172,15 +226,8 @@ impl Endpoint {
         if let Some(srq) = init.srq.and_then(|n| self.srqs.get_mut(&n)) {
             srq.attach();
         }
-        self.qps.insert(
-            qpn,
-            Qp {
-                common: QpCommon::new(qpn, init, config, pkey),
-                req: Requester::new(),
-                resp: Responder::new(),
-                queued: false,
-            },
-        );
+        self.qps
+            .insert(qpn, Qp::new(QpCommon::new(qpn, init, config, pkey)));
         Ok(qpn)
     }
 
@@ -290,6 +337,9 @@ impl Endpoint {
                 }
                 qp.req = Requester::new();
                 qp.resp = Responder::new();
+                qp.np = Notifier::default();
+                qp.rp = None;
+                qp.pace_wait = None;
             }
             QpState::Error if from != QpState::Error => qp.common.request_flush(),
             _ => {}
@@ -411,6 +461,9 @@ impl Endpoint {
         mem: &mut dyn MemoryAccess,
     ) {
         self.counters.inc(Counter::RcvdPkts);
+        if meta.ce {
+            self.counters.inc(Counter::NpEcnMarkedPackets);
+        }
         let pkt = match TransportRepr::parse(bytes) {
             Ok(p) => p,
             Err(e) => return self.counters.record_drop(&e),
@@ -459,6 +512,9 @@ impl Endpoint {
         mem: &mut dyn MemoryAccess,
     ) {
         let bth = pkt.repr.bth;
+        if pkt.info.operation == Operation::Cnp {
+            return self.handle_cnp(qpn, now, meta, pkt);
+        }
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return self.counters.inc(Counter::DropUnknownQp);
         };
@@ -496,6 +552,15 @@ impl Endpoint {
         let Some(pkey_index) = pkey_index else {
             return self.counters.inc(Counter::DropPkeyMismatch);
         };
+        // The notification point: a marked packet of a connected QP owes
+        // its peer a CNP (congestion module).
+        if meta.ce
+            && self.cc.np
+            && matches!(c.qp_type(), QpType::Rc | QpType::Uc)
+            && !qp.np.on_ce(now, self.cc.min_time_between_cnps)
+        {
+            self.counters.inc(Counter::NpCnpSuppressed);
+        }
         if pkt.info.operation.is_request() {
             let srq = c.init.srq.and_then(|n| self.srqs.get_mut(&n));
             qp.resp.handle_request(
@@ -514,9 +579,33 @@ impl Endpoint {
         self.after(qpn);
     }
 
+    /// A CNP for QP `qpn`: the reaction point (congestion module's
+    /// decisions for what is ignored).
+    fn handle_cnp(&mut self, qpn: u32, now: Instant, meta: &RecvMeta, pkt: &TransportPacket<'_>) {
+        let reacts = self.cc.rp
+            && self.qps.get(&qpn).is_some_and(|qp| {
+                let c = &qp.common;
+                matches!(c.qp_type(), QpType::Rc | QpType::Uc)
+                    && matches!(c.state(), QpState::Rts | QpState::Sqd)
+                    && on_connected_path(c, &self.gid_table, meta)
+                    && pkeys_match(c.pkey, pkt.repr.bth.pkey)
+            });
+        if !reacts {
+            return self.counters.inc(Counter::RpCnpIgnored);
+        }
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return self.counters.inc(Counter::RpCnpIgnored);
+        };
+        self.counters.inc(Counter::RpCnpHandled);
+        let params = self.cc.dcqcn;
+        let rp = qp.rp.get_or_insert_with(|| Box::new(Dcqcn::new(params)));
+        rp.on_cnp(now);
+        self.after(qpn);
+    }
+
     /// The next packet to send, written to `buf` (which should hold the
-    /// path MTU plus 64 bytes of headers); responses before requests, QPs
-    /// in turn.
+    /// path MTU plus 64 bytes of headers); a QP's CNP first, then its
+    /// responses, then its requests (when its pacing lets it), QPs in turn.
     pub fn poll_transmit(
         &mut self,
         now: Instant,
@@ -528,15 +617,32 @@ impl Endpoint {
                 continue;
             };
             qp.queued = false;
-            let t = match qp
-                .resp
-                .poll_transmit(&mut qp.common, &mut self.counters, mem, buf)
-            {
-                Some(t) => Some(t),
-                None => qp
-                    .req
-                    .poll_transmit(&mut qp.common, &mut self.counters, now, mem, buf),
-            };
+            let mut t = None;
+            if qp.np.pending {
+                qp.np.pending = false;
+                t = emit_cnp(&qp.common, buf);
+                if t.is_some() {
+                    self.counters.inc(Counter::NpCnpSent);
+                }
+            }
+            if t.is_none() {
+                t = qp
+                    .resp
+                    .poll_transmit(&mut qp.common, &mut self.counters, mem, buf);
+            }
+            if t.is_none() {
+                match qp.rp.as_mut().and_then(|rp| rp.send_at(now)) {
+                    Some(wait) => qp.pace_wait = Some(wait),
+                    None => {
+                        t = qp
+                            .req
+                            .poll_transmit(&mut qp.common, &mut self.counters, now, mem, buf);
+                        if let (Some(sent), Some(rp)) = (t, qp.rp.as_mut()) {
+                            rp.on_sent(now, sent.len);
+                        }
+                    }
+                }
+            }
             if let Some(t) = t {
                 self.counters.inc(Counter::SentPkts);
                 // It may have more: back of the line, so QPs take turns.
@@ -564,6 +670,9 @@ impl Endpoint {
             self.timers.remove(&(t, qpn));
             self.deadline.remove(&qpn);
             if let Some(qp) = self.qps.get_mut(&qpn) {
+                if qp.pace_wait.is_some_and(|w| w <= now) {
+                    qp.pace_wait = None;
+                }
                 qp.req
                     .handle_timeout(&mut qp.common, &mut self.counters, now);
             }
@@ -607,7 +716,18 @@ impl Endpoint {
         while let Some(ev) = qp.common.pop_event() {
             self.events.push_back(ev);
         }
-        let d = qp.req.poll_timeout();
+        if let Some(rp) = &qp.rp {
+            let made = rp.reductions();
+            self.counters.add(
+                Counter::RpRateReductions,
+                made.saturating_sub(qp.rp_counted),
+            );
+            qp.rp_counted = made;
+        }
+        let d = match (qp.req.poll_timeout(), qp.pace_wait) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         self.set_deadline(qpn, d);
     }
 

@@ -6,7 +6,7 @@ use crate::transport::memory::Key;
 use crate::transport::multicast::McastError;
 use crate::transport::qp::{AccessFlags, AddressVector, PathMtu};
 use crate::transport::vec_memory::VecMemory;
-use crate::transport::wr::{Sge, WcOpcode, WcStatus, WorkQueue};
+use crate::transport::wr::{SendData, SendOp, Sge, WcOpcode, WcStatus, WorkQueue};
 use crate::transport::{test_packet, Psn};
 use crate::wire::{AethRepr, BthRepr, DethRepr, ExtReprs, Opcode, Syndrome};
 
@@ -662,4 +662,215 @@ fn a_multicast_packet_reaches_every_attached_ud_qp_once_each() {
     mcast_send(&mut ep, &mut mem, g, 0x1111, b"after");
     assert_eq!(ep.counters().get(Counter::DropMcastNoGroup), 2);
     assert!(completions(&mut ep).is_empty());
+}
+
+// ---- congestion control (congestion.rs, dcqcn.rs) -------------------------
+
+fn marked() -> RecvMeta {
+    RecvMeta {
+        ce: true,
+        ..RecvMeta::between([0; 16], [0; 16])
+    }
+}
+
+fn cnp_to(qpn: u32) -> Vec<u8> {
+    let bth = BthRepr {
+        becn: true,
+        ..test_packet::bth(Opcode::CNP, qpn, 0)
+    };
+    test_packet::emit(bth, ExtReprs::default(), &[0; 16])
+}
+
+fn us(n: u64) -> Instant {
+    Instant::from_nanos(n * 1000)
+}
+
+/// RTR -> RTS with the attributes RC needs (sq_psn 500, no ACK timer).
+fn to_rts(ep: &mut Endpoint, qpn: u32) {
+    let a = QpAttr {
+        qp_state: Some(QpState::Rts),
+        sq_psn: Some(Psn::new(500)),
+        timeout: Some(0),
+        retry_cnt: Some(7),
+        rnr_retry: Some(7),
+        max_rd_atomic: Some(1),
+        ..Default::default()
+    };
+    ep.modify_qp(qpn, &a, a.mask()).unwrap();
+}
+
+/// Every packet the endpoint has to send at `now`, as (opcode, bytes).
+fn drain(ep: &mut Endpoint, mem: &mut VecMemory, now: Instant) -> Vec<(Opcode, Vec<u8>)> {
+    let mut buf = [0u8; 4096 + 64];
+    let mut v = Vec::new();
+    while let Some(t) = ep.poll_transmit(now, mem, &mut buf) {
+        v.push((Opcode(buf[0]), buf[..t.len].to_vec()));
+    }
+    v
+}
+
+#[test]
+fn a_ce_marked_packet_sends_one_cnp_per_min_time_to_the_peer_qp() {
+    let (mut ep, rc, ud) = setup();
+    let mut mem = VecMemory::new();
+    let send = request(rc, Opcode::RC_SEND_ONLY, 100, ExtReprs::default(), &[7; 8]);
+    ep.handle(us(10), &marked(), &send, &mut mem);
+    let out = drain(&mut ep, &mut mem, us(10));
+    // The CNP first, then the RNR NAK the SEND without a receive earns.
+    assert_eq!(out.len(), 2, "{out:?}");
+    assert_eq!(out[0].0, Opcode::CNP);
+    let cnp = TransportRepr::parse(&out[0].1).unwrap();
+    let b = cnp.repr.bth;
+    // Annex A17.9.3: to the QP that sent the marked packet, BECN set,
+    // PSN 0, the QP's P_Key, 16 zero bytes.
+    assert_eq!((b.dest_qp, b.psn, b.pkey), (0x22, 0, 0xffff));
+    assert!(b.becn && !b.fecn && !b.ack_req && !b.solicited);
+    assert_eq!(cnp.payload, &[0; 16]);
+    assert_eq!(out[0].1.len(), 12 + 16 + 4);
+    assert_eq!(out[1].0, Opcode::RC_ACKNOWLEDGE);
+    // Within 4 µs (min_time_between_cnps) no second CNP; after, one.
+    let dup = request(rc, Opcode::RC_SEND_ONLY, 100, ExtReprs::default(), &[7; 8]);
+    ep.handle(us(12), &marked(), &dup, &mut mem);
+    assert!(drain(&mut ep, &mut mem, us(12))
+        .iter()
+        .all(|(op, _)| *op != Opcode::CNP));
+    ep.handle(us(14), &marked(), &dup, &mut mem);
+    let cnps = drain(&mut ep, &mut mem, us(14))
+        .iter()
+        .filter(|(op, _)| *op == Opcode::CNP)
+        .count();
+    assert_eq!(cnps, 1);
+    // A marked UD packet earns no CNP (congestion module's decisions).
+    let ext = ExtReprs {
+        deth: Some(DethRepr {
+            qkey: 0x1111,
+            src_qp: 0x77,
+        }),
+        ..Default::default()
+    };
+    ep.handle(
+        us(20),
+        &marked(),
+        &request(ud, Opcode::UD_SEND_ONLY, 0, ext, &[1]),
+        &mut mem,
+    );
+    assert!(drain(&mut ep, &mut mem, us(20)).is_empty());
+    let c = ep.counters();
+    assert_eq!(c.get(Counter::NpEcnMarkedPackets), 4);
+    assert_eq!(c.get(Counter::NpCnpSent), 2);
+    assert_eq!(c.get(Counter::NpCnpSuppressed), 1);
+}
+
+#[test]
+fn with_the_notification_point_off_ce_is_only_counted() {
+    let (mut ep, rc, _) = setup();
+    ep.set_congestion(CongestionConfig {
+        np: false,
+        ..CongestionConfig::default()
+    });
+    let mut mem = VecMemory::new();
+    let send = request(rc, Opcode::RC_SEND_ONLY, 100, ExtReprs::default(), &[7; 8]);
+    ep.handle(us(10), &marked(), &send, &mut mem);
+    assert!(drain(&mut ep, &mut mem, us(10))
+        .iter()
+        .all(|(op, _)| *op != Opcode::CNP));
+    assert_eq!(ep.counters().get(Counter::NpEcnMarkedPackets), 1);
+    assert_eq!(ep.counters().get(Counter::NpCnpSent), 0);
+}
+
+#[test]
+fn cnps_are_ignored_unless_the_qp_can_react() {
+    let (mut ep, rc, ud) = setup();
+    let mut mem = VecMemory::new();
+    let meta = RecvMeta::between([0; 16], [0; 16]);
+    ep.handle(us(1), &meta, &cnp_to(0x999), &mut mem);
+    ep.handle(us(1), &meta, &cnp_to(ud), &mut mem);
+    // RTR: the QP sends nothing yet, so there is no rate to lower.
+    ep.handle(us(1), &meta, &cnp_to(rc), &mut mem);
+    assert_eq!(ep.counters().get(Counter::RpCnpIgnored), 3);
+    assert_eq!(ep.counters().get(Counter::DropUnknownQp), 0);
+    to_rts(&mut ep, rc);
+    // From another path: ignored (no one may throttle a QP it does not talk to).
+    let stranger = RecvMeta::between([9; 16], [0; 16]);
+    ep.handle(us(2), &stranger, &cnp_to(rc), &mut mem);
+    assert_eq!(ep.counters().get(Counter::RpCnpIgnored), 4);
+    assert_eq!(ep.qp_rate_mbps(rc, us(2)), None);
+    ep.handle(us(2), &meta, &cnp_to(rc), &mut mem);
+    assert_eq!(ep.counters().get(Counter::RpCnpHandled), 1);
+    assert_eq!(ep.counters().get(Counter::RpRateReductions), 1);
+    let rate = ep.qp_rate_mbps(rc, us(2)).expect("limited");
+    assert!(rate < 25_000.0 * 0.51, "{rate}");
+    // With the reaction point off, a CNP changes nothing.
+    ep.set_congestion(CongestionConfig {
+        rp: false,
+        ..CongestionConfig::default()
+    });
+    ep.handle(us(100), &meta, &cnp_to(rc), &mut mem);
+    assert_eq!(ep.counters().get(Counter::RpCnpIgnored), 5);
+    assert_eq!(ep.counters().get(Counter::RpRateReductions), 1);
+}
+
+#[test]
+fn a_cnp_paces_the_requester_by_time() {
+    let (mut ep, rc, _) = setup();
+    ep.set_congestion(CongestionConfig {
+        dcqcn: crate::transport::DcqcnParams {
+            max_rate_mbps: 1000,
+            ..Default::default()
+        },
+        ..CongestionConfig::default()
+    });
+    to_rts(&mut ep, rc);
+    let mut mem = VecMemory::new();
+    let src = mem
+        .register_bytes(1, 0x1000, vec![5; 8192], AccessFlags::empty())
+        .unwrap();
+    let write = |wr_id| SendWr {
+        wr_id,
+        op: SendOp::RdmaWrite {
+            remote_addr: 0x9000,
+            rkey: 0x42,
+        },
+        data: SendData::Sges(vec![Sge {
+            addr: 0x1000,
+            length: 8192,
+            lkey: src.raw(),
+        }]),
+        signaled: true,
+        fence: false,
+        solicited: false,
+        ud: None,
+    };
+    // Unlimited: all 8 packets at once, no deadline but the ACK timer's.
+    ep.post_send(rc, write(1)).unwrap();
+    assert_eq!(drain(&mut ep, &mut mem, us(0)).len(), 8);
+    let meta = RecvMeta::between([0; 16], [0; 16]);
+    ep.handle(us(10), &meta, &cnp_to(rc), &mut mem);
+    let rate = ep.qp_rate_mbps(rc, us(10)).unwrap();
+    ep.post_send(rc, write(2)).unwrap();
+    let first = drain(&mut ep, &mut mem, us(10));
+    assert_eq!(first.len(), 1, "one packet, then the pacer holds the QP");
+    let gap_ns = (first[0].1.len() as f64 * 8_000.0 / rate).ceil() as u64;
+    let due = ep.poll_timeout().expect("the pacer's deadline");
+    assert_eq!(due.as_nanos(), us(10).as_nanos() + gap_ns);
+    // Nothing before it is due; the next packet when it is.
+    assert!(drain(&mut ep, &mut mem, Instant::from_nanos(due.as_nanos() - 1)).is_empty());
+    ep.handle_timeout(due);
+    assert_eq!(drain(&mut ep, &mut mem, due).len(), 1);
+    // Driven by its deadlines, the QP sends the rest at about `rate`.
+    let mut sent = 2;
+    let mut now = due;
+    while sent < 8 {
+        let t = ep.poll_timeout().unwrap();
+        now = t;
+        ep.handle_timeout(now);
+        sent += drain(&mut ep, &mut mem, now).len();
+    }
+    let elapsed = now.saturating_since(us(10)).as_secs_f64();
+    let bits = 7.0 * first[0].1.len() as f64 * 8.0;
+    let measured = bits / elapsed / 1e6;
+    assert!(
+        (measured - rate).abs() / rate < 0.05,
+        "{measured} vs {rate} Mb/s"
+    );
 }

@@ -28,6 +28,10 @@ pub struct RecvMeta {
     /// bytes then the IPv4 header; for IPv6 (and RoCEv1) the IPv6 header or
     /// GRH (IBTA 11.4.1.2; RoCEv2 Annex A17.4.5.1).
     pub grh: [u8; grh::HEADER_LEN],
+    /// The IP header's ECN field said Congestion Experienced (RFC 3168:
+    /// a switch on the path was congested). The ICRC does not cover it
+    /// (the TOS / traffic class is masked), so a marked packet is intact.
+    pub ce: bool,
 }
 
 impl RecvMeta {
@@ -37,6 +41,7 @@ impl RecvMeta {
             sgid,
             dgid,
             grh: [0; grh::HEADER_LEN],
+            ce: false,
         }
     }
 }

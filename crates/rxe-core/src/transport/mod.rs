@@ -25,6 +25,8 @@
 //! - `psn`: 24-bit packet sequence numbers, their wrap-around arithmetic,
 //!   the half-space comparison that requesters and responders use, and the
 //!   responder's classification of a request PSN (expected, duplicate, ahead).
+//! - `congestion`: ECN and the CNPs of the notification point, per port;
+//!   `dcqcn`: the reaction point's rate state machine (DCQCN), per QP.
 //! - `wr`: work requests and work completions; `io`: what crosses the
 //!   sans-IO boundary with a packet (`Transmit`, `RecvMeta`); `time`: the
 //!   engine's `Instant`; `counters`: every refused packet, by reason;
@@ -63,7 +65,9 @@
 //! - Timers: retransmit interval = `local_ack_timeout(timeout)` (None = no timer); on expiry retransmit from the oldest unacknowledged PSN, up to `retry_cnt` times (7 is seven, not without end; each retry without progress doubles the next interval, up to 4x: see `requester`); exhausted -> RETRY_EXC_ERR and QP to ERR.
 //! - Completions: send WRs complete in order (signaled only, or every one if `init.sq_sig_all`; errors always), with `WorkQueue::Send`; receives with `WorkQueue::Recv`, byte_len, imm_data, invalidated_rkey, src_qp (UD), grh=true and the 40-byte `meta.grh` copied into the first 40 bytes of the receive buffer for UD (byte_len includes those 40), pkey_index. Flush: every outstanding WR completes with WR_FLUSH_ERR (opcode as posted, recv opcode `WcOpcode::Recv`).
 
+mod congestion;
 mod counters;
+mod dcqcn;
 mod endpoint;
 mod error;
 mod io;
@@ -81,7 +85,12 @@ mod vec_memory;
 mod window;
 mod wr;
 
+pub use congestion::{
+    data_traffic_class, is_ce, CongestionConfig, DEFAULT_CNP_DSCP, DEFAULT_CNP_PRIO,
+    DEFAULT_MIN_TIME_BETWEEN_CNPS, ECN_CE, ECN_ECT0, ECN_MASK,
+};
 pub use counters::{Counter, Counters};
+pub use dcqcn::{CnpEffect, Dcqcn, DcqcnParams, MAX_REPLAY_EVENTS, PACING_SLACK};
 pub use endpoint::{pkeys_match, Endpoint, GSI_QPN};
 pub use error::{EndpointError, PostError};
 pub use io::{RecvMeta, Transmit};

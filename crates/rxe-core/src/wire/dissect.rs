@@ -198,6 +198,17 @@ impl<'a> Dissection<'a> {
         icrc::carried(self.frame.transport)
     }
 
+    /// The ECN field of the IP header (IPv4 TOS or IPv6 traffic class,
+    /// low two bits), if the frame has one.
+    pub fn ip_ecn(&self) -> Option<u8> {
+        let ip = self.frame.ip?;
+        match ip.first()? >> 4 {
+            4 => Some(ip.get(1)? & 0b11),
+            6 => Some((ip.get(1)? >> 4) & 0b11),
+            _ => None,
+        }
+    }
+
     /// One line: addresses, opcode, QP, PSN, the key fields of the extended
     /// headers, payload length and the CRC verdicts.
     pub fn summary(&self) -> String {
@@ -219,6 +230,11 @@ impl<'a> Dissection<'a> {
             Err(e) => {
                 let _ = write!(s, "MALFORMED ({e})");
             }
+        }
+        // A switch on the way was congested (the IP header's ECN field,
+        // RFC 3168): the receiver owes the sender a CNP.
+        if self.ip_ecn() == Some(0b11) {
+            s.push_str(" ip=CE");
         }
         match self.icrc {
             Ok(()) => s.push_str(" icrc=ok"),

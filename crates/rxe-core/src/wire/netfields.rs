@@ -183,7 +183,8 @@ impl Describe for Ipv4Fields {
     ];
     fn meaning(key: &str, raw: u128) -> Option<String> {
         match key {
-            "dscp" | "ecn" => Some(format!("part of TOS, {MASKED}")),
+            "dscp" => Some(format!("part of TOS, {MASKED}")),
+            "ecn" => Some(format!("{}; part of TOS, {MASKED}", ecn_name(raw as u8))),
             "ttl" | "checksum" => Some(MASKED.into()),
             "identification" => Some("covered by the ICRC".into()),
             "flags" => Some(
@@ -223,7 +224,12 @@ impl Describe for Ipv6Fields {
     ];
     fn meaning(key: &str, raw: u128) -> Option<String> {
         match key {
-            "traffic_class" | "flow_label" | "hop_limit" => Some(MASKED.into()),
+            "traffic_class" => Some(format!(
+                "DSCP {}, ECN {}; {MASKED}",
+                raw >> 2,
+                ecn_name(raw as u8)
+            )),
+            "flow_label" | "hop_limit" => Some(MASKED.into()),
             "next_header" if raw == 17 => Some("UDP".into()),
             "src" | "dst" => Some(Ipv6Addr::from(raw).to_string()),
             _ => None,
@@ -262,6 +268,17 @@ impl Describe for UdpFields {
             )),
             _ => None,
         }
+    }
+}
+
+/// The ECN codepoint's name (RFC 3168 section 5); RoCEv2 congestion
+/// control answers CE with a CNP.
+fn ecn_name(ecn: u8) -> &'static str {
+    match ecn & 0b11 {
+        0b00 => "Not-ECT",
+        0b01 => "ECT(1)",
+        0b10 => "ECT(0), ECN-capable",
+        _ => "CE, congestion experienced",
     }
 }
 

@@ -20,16 +20,16 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use rxe_core::transport::{
-    AccessFlags, AddressVector, AsyncEvent, AttrMask, Endpoint, Instant, Key, PathMtu, Psn, QpAttr,
-    QpCaps, QpInit, QpState, QpType, RecvMeta, RecvWr, SendData, SendOp, SendWr, Sge, UdDest,
-    VecMemory, WorkCompletion, WorkQueue,
+    is_ce, AccessFlags, AddressVector, AsyncEvent, AttrMask, Endpoint, Instant, Key, PathMtu, Psn,
+    QpAttr, QpCaps, QpInit, QpState, QpType, RecvMeta, RecvWr, SendData, SendOp, SendWr, Sge,
+    UdDest, VecMemory, WorkCompletion, WorkQueue,
 };
 use rxe_core::wire::build::{emit_roce_v2, RoceV2Ip};
 use rxe_core::wire::frame::{decode, LinkType};
 use rxe_core::wire::{icrc, TransportRepr};
 
 #[allow(unused_imports)]
-pub use net::{Fate, Faults, Filter, LogEntry, Net, NetStats, PacketInfo, Verdict};
+pub use net::{Bottleneck, Fate, Faults, Filter, LogEntry, Net, NetStats, PacketInfo, Verdict};
 #[allow(unused_imports)]
 pub use rng::Rng;
 
@@ -161,6 +161,7 @@ pub fn recv_meta(ip_header: &[u8]) -> RecvMeta {
     let dst = Ipv4Addr::new(ip_header[16], ip_header[17], ip_header[18], ip_header[19]);
     let mut meta = RecvMeta::between(gid_of(src), gid_of(dst));
     meta.grh[20..40].copy_from_slice(&ip_header[..20]);
+    meta.ce = is_ce(ip_header[1]);
     meta
 }
 

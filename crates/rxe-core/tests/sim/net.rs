@@ -35,6 +35,23 @@ pub struct Faults {
     pub ecn_mark: f64,
     /// From this time on, every packet is lost.
     pub cut_at: Option<Instant>,
+    /// Probability that a switch marks the IP header Congestion
+    /// Experienced (ECN CE, RFC 3168): the receiver answers with a CNP.
+    /// 0 draws nothing from the generator, so older seeds keep their runs.
+    pub ce_mark: f64,
+    /// A congested switch port in front of one node.
+    pub bottleneck: Option<Bottleneck>,
+}
+
+/// A switch egress port towards node `to`: packets leave it one after
+/// another at `rate_mbps` (a FIFO without a size limit: nothing is lost),
+/// and a packet that waits longer than `mark_above` in it leaves marked
+/// CE, as a RED/ECN queue marks above its threshold.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bottleneck {
+    pub to: usize,
+    pub rate_mbps: f64,
+    pub mark_above: Duration,
 }
 
 impl Faults {
@@ -50,6 +67,8 @@ impl Faults {
             corrupt: 0.0,
             ecn_mark: 0.0,
             cut_at: None,
+            ce_mark: 0.0,
+            bottleneck: None,
         }
     }
 
@@ -67,6 +86,8 @@ impl Faults {
             corrupt: rng.unit() * 0.03,
             ecn_mark: rng.unit() * 0.05,
             cut_at: None,
+            ce_mark: 0.0,
+            bottleneck: None,
         }
     }
 }
@@ -147,6 +168,10 @@ pub struct NetStats {
     pub reordered: u64,
     pub corrupted: u64,
     pub ecn_marked: u64,
+    /// IP headers marked CE (randomly or by the bottleneck).
+    pub ce_marked: u64,
+    /// The longest wait in the bottleneck's queue.
+    pub max_queue_delay: Duration,
     pub bad_icrc: u64,
     pub malformed: u64,
     pub no_route: u64,
@@ -188,6 +213,25 @@ pub struct Net {
     pub filter: Option<Filter>,
     queue: BinaryHeap<Reverse<InFlight>>,
     seq: u64,
+    /// When the bottleneck's port has sent what it holds.
+    busy_until: Instant,
+}
+
+/// Sets the ECN field of an IPv4 header to CE and fixes its checksum.
+pub fn mark_ce(ip: &mut [u8]) {
+    ip[1] |= 0b11;
+    ip[10] = 0;
+    ip[11] = 0;
+    let ihl = usize::from(ip[0] & 0xf) * 4;
+    let mut sum: u32 = 0;
+    for w in ip[..ihl].chunks(2) {
+        sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    let c = !(sum as u16);
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
 }
 
 impl Net {
@@ -199,6 +243,7 @@ impl Net {
             filter: None,
             queue: BinaryHeap::new(),
             seq: 0,
+            busy_until: Instant::ZERO,
         }
     }
 
@@ -314,6 +359,27 @@ impl Net {
         if self.rng.chance(f.ecn_mark) {
             self.stats.ecn_marked += 1;
             bytes[BTH_AT + 4] |= 0xc0;
+        }
+        if f.ce_mark > 0.0 && self.rng.chance(f.ce_mark) {
+            self.stats.ce_marked += 1;
+            mark_ce(&mut bytes);
+        }
+        if let Some(b) = f.bottleneck.filter(|b| b.to == to) {
+            // Serialized behind what the port holds; marked if it waited
+            // too long. Its delay after the port is the usual one.
+            let start = self.busy_until.max(now);
+            let wait = start.saturating_since(now);
+            let ns = (bytes.len() as f64 * 8_000.0 / b.rate_mbps).ceil() as u64;
+            let leave = start.saturating_add(Duration::from_nanos(ns));
+            self.busy_until = leave;
+            self.stats.max_queue_delay = self.stats.max_queue_delay.max(wait);
+            if wait > b.mark_above {
+                self.stats.ce_marked += 1;
+                mark_ce(&mut bytes);
+            }
+            let d = leave.saturating_since(now) + self.faults.latency;
+            self.enqueue(now, d, from, to, bytes, info);
+            return None;
         }
         let mut copies = 1;
         while copies < 3 && self.rng.chance(f.duplicate) {

@@ -18,7 +18,7 @@
 use std::io;
 use std::net::{IpAddr, SocketAddr, SocketAddrV6};
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
 use crate::clock::Clock;
@@ -31,6 +31,7 @@ use crate::socket::{
     Offload, RoceSocket, RxBatch, RxMeta, TxBatch, GRO_SLOT_LEN, MAX_BATCH, MAX_IOV, ROCE_V2_PORT,
 };
 use crate::tap::PcapTap;
+use rxe_core::transport::CongestionConfig;
 
 mod receive;
 mod send;
@@ -82,6 +83,11 @@ pub struct NetPort {
     waker: Mutex<Option<Arc<mio::Waker>>>,
     unread: AtomicBool,
     send_blocked: AtomicBool,
+    /// The congestion settings' IP half (`set_congestion`): whether data
+    /// packets go out ECT(0).
+    ect: AtomicBool,
+    /// The IP TOS / traffic class of CNPs.
+    cnp_traffic_class: AtomicU8,
 }
 
 impl NetPort {
@@ -113,6 +119,8 @@ impl NetPort {
             waker: Mutex::new(None),
             unread: AtomicBool::new(false),
             send_blocked: AtomicBool::new(false),
+            ect: AtomicBool::new(CongestionConfig::default().ecn),
+            cnp_traffic_class: AtomicU8::new(CongestionConfig::default().cnp_traffic_class()),
         }
     }
 
@@ -125,6 +133,16 @@ impl NetPort {
         let slot_len = if offload.gro { GRO_SLOT_LEN } else { SLOT_LEN };
         self.rx = Mutex::new(RxBatch::new(MAX_BATCH, slot_len));
         self
+    }
+
+    /// The IP-level half of congestion control (rxe-core's `congestion`
+    /// module has the decisions): data packets leave ECT(0) when `cc.ecn`,
+    /// CNPs leave non-ECT with `cc.cnp_dscp`. The engine's half (CNPs,
+    /// DCQCN) is set on the endpoint.
+    pub fn set_congestion(&self, cc: &CongestionConfig) {
+        self.ect.store(cc.ecn, Ordering::Relaxed);
+        self.cnp_traffic_class
+            .store(cc.cnp_traffic_class(), Ordering::Relaxed);
     }
 
     /// The offloads asked for (a socket may have had to do without:

@@ -96,6 +96,9 @@ impl NetPort {
                 }
                 c.inc(NetCounter::RcvdPkts);
                 c.add(NetCounter::RcvdBytes, bytes.len() as u64);
+                if o.meta.ce {
+                    c.inc(NetCounter::RcvdCe);
+                }
                 engine.handle(now, &o.meta, o.packet);
                 1
             }

@@ -3,6 +3,8 @@
 //! GSO runs where the socket can, and sent with `sendmmsg`.
 
 use super::*;
+use rxe_core::transport::{data_traffic_class, ECN_ECT0, ECN_MASK};
+use rxe_core::wire::Opcode;
 
 impl NetPort {
     /// Drains the engine's `poll_transmit` into the send slots, fills each
@@ -95,7 +97,18 @@ impl NetPort {
             0 => DEFAULT_HOP_LIMIT,
             h => h,
         };
-        let traffic_class = t.dest.traffic_class;
+        // ECN (rxe-core's congestion module): a CNP leaves with its own
+        // DSCP and not ECN-capable; every other packet ECT(0) when on.
+        let traffic_class = if packet[0] == Opcode::CNP.0 {
+            c.inc(NetCounter::SentCnps);
+            self.cnp_traffic_class.load(Ordering::Relaxed)
+        } else {
+            let tc = data_traffic_class(self.ect.load(Ordering::Relaxed), t.dest.traffic_class);
+            if tc & ECN_MASK == ECN_ECT0 {
+                c.inc(NetCounter::SentEct);
+            }
+            tc
+        };
         // What `WireHeaders::new` would refuse (sealing builds them later):
         // more than one UDP datagram carries. The families agree (above).
         let max = if src.is_ipv4() { 65_507 } else { 65_527 };

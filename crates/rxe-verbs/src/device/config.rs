@@ -26,6 +26,10 @@ pub struct DeviceConfig {
     /// `RXE_GSO=0` is in the environment ([`DeviceConfig::default_gso`]).
     /// docs/performance.md has the measurements.
     pub gso: bool,
+    /// ECN and congestion control (CNPs, DCQCN): on with ConnectX's
+    /// defaults unless `RXE_ECN=0` is in the environment
+    /// ([`DeviceConfig::default_congestion`]); docs/congestion.md.
+    pub congestion: CongestionConfig,
 }
 
 /// What a device on a target would report, read from the host without
@@ -78,6 +82,7 @@ impl DeviceConfig {
             target: Target::Address(ip),
             capture: None,
             gso: DeviceConfig::default_gso(),
+            congestion: DeviceConfig::default_congestion(),
         }
     }
 
@@ -87,12 +92,24 @@ impl DeviceConfig {
         std::env::var_os("RXE_GSO").is_none_or(|v| v != "0")
     }
 
+    /// Congestion control unless told: ECN, CNPs and DCQCN on with
+    /// ConnectX's defaults, all off for `RXE_ECN=0` in the environment
+    /// (which reaches programs run with the drop-in libibverbs too).
+    pub fn default_congestion() -> CongestionConfig {
+        if std::env::var_os("RXE_ECN").is_some_and(|v| v == "0") {
+            CongestionConfig::off()
+        } else {
+            CongestionConfig::default()
+        }
+    }
+
     pub fn on_interface(name: &str) -> DeviceConfig {
         DeviceConfig {
             name: None,
             target: Target::Interface(name.to_string()),
             capture: None,
             gso: DeviceConfig::default_gso(),
+            congestion: DeviceConfig::default_congestion(),
         }
     }
 }

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use rxe_core::transport::{Endpoint, PathMtu, QpCaps};
+use rxe_core::transport::{CongestionConfig, Endpoint, PathMtu, QpCaps};
 use rxe_net::{Clock, Driver, DriverWaker, NetPort, Offload, PcapTap};
 
 use crate::attr::{gid_of, DeviceAttr, GidEntry, GidType, LinkLayer, PortAttr, PortState};
@@ -129,6 +129,7 @@ impl Device {
             Offload::NONE
         };
         let net = Arc::new(NetPort::new(clock).with_offload(offload));
+        net.set_congestion(&config.congestion);
         let bind: Vec<IpAddr> = match &config.target {
             Target::Address(ip) => vec![*ip],
             Target::Interface(n) => {
@@ -158,6 +159,7 @@ impl Device {
         let mut ep = Endpoint::new(caps);
         ep.set_next_qpn(qpn_start(&name));
         ep.set_gid_table(bind.iter().map(|ip| Some(gid_of(*ip))).collect());
+        ep.set_congestion(config.congestion);
         let engine = DeviceEngine::new(ep, events.sender());
         let engine = Arc::new(Mutex::new(engine));
         let driver = Driver::spawn(net.clone(), engine.clone())?;
@@ -420,6 +422,19 @@ impl Device {
             out.extend(agent.counters());
         }
         out
+    }
+
+    /// The DCQCN sending rate of QP `qp_num` in Mb/s while congestion
+    /// control limits it (after a CNP, until it recovers); `None` at line
+    /// rate or for no such QP.
+    pub fn qp_rate_mbps(&self, qp_num: u32) -> Option<f64> {
+        let now = self.0.net.clock().now();
+        self.0.lock().ep.qp_rate_mbps(qp_num, now)
+    }
+
+    /// The congestion control settings the device was added with.
+    pub fn congestion(&self) -> CongestionConfig {
+        *self.0.lock().ep.congestion()
     }
 
     /// One counter by name (as in [`Device::counters`]).
