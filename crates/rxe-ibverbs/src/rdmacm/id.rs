@@ -18,8 +18,8 @@ use std::cell::UnsafeCell;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::net::SocketAddr;
-use std::sync::{LazyLock, Mutex};
-use std::time::Duration;
+use std::sync::{Condvar, LazyLock, Mutex};
+use std::time::{Duration, Instant};
 
 use rxe_verbs::cm::{CmId, ConnParam, PortSpace};
 use rxe_verbs_abi::consts::{IBV_QPT_RC, IBV_QPT_UD};
@@ -55,7 +55,12 @@ pub struct CId {
     pub inner: CmId,
     path: UnsafeCell<ibv_sa_path_rec>,
     pub local: Mutex<IdLocal>,
+    /// Signalled at each ack of an event naming the ID.
+    acked: Condvar,
 }
+
+/// How long `rdma_destroy_id` waits for the ID's events to be acked.
+const ACK_WAIT: Duration = Duration::from_secs(2);
 
 /// The live IDs by [`CmId::key`], to find the C side of a Rust event.
 static BY_KEY: LazyLock<Mutex<HashMap<usize, usize>>> = LazyLock::new(Mutex::default);
@@ -126,6 +131,7 @@ impl CId {
                 own_channel,
                 ..IdLocal::default()
             }),
+            acked: Condvar::new(),
         }));
         handles::insert(p, Kind::CmId);
         BY_KEY
@@ -235,6 +241,7 @@ impl CId {
         let free = {
             let mut l = id.lock();
             l.outstanding = l.outstanding.saturating_sub(1);
+            id.acked.notify_all();
             l.destroyed && l.outstanding == 0
         };
         if free {
@@ -372,6 +379,31 @@ pub(crate) fn destroy_made_cqs(c: &CId) {
 pub fn destroy(c: &'static CId) {
     let _ = c.inner.destroy();
     c.ack_kept_event();
+    // As librdmacm's, wait until the events handed out for the ID are
+    // acked: a program whose event thread is still handling one (rping's
+    // cm_thread, with DISCONNECTED) is then back in rdma_get_cm_event
+    // before the program goes on to destroy the channel. Bounded, where
+    // librdmacm waits for ever: after ACK_WAIT the ID is freed at its last
+    // ack instead.
+    {
+        let deadline = Instant::now() + ACK_WAIT;
+        let mut l = c.lock();
+        while l.outstanding > 0 {
+            let now = Instant::now();
+            if now >= deadline {
+                tracing::debug!(
+                    events = l.outstanding,
+                    "rdma_destroy_id: events not acked, going on"
+                );
+                break;
+            }
+            l = c
+                .acked
+                .wait_timeout(l, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
     if std::mem::take(&mut c.lock().made_cqs) {
         destroy_made_cqs(c);
     }
