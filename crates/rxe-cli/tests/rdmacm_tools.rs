@@ -403,9 +403,13 @@ fn qperf_runs_its_rc_tests_over_the_rdma_cm() {
         "rc_compare_swap_mr",
         "rc_fetch_add_mr",
     ];
+    // `-to 30`: qperf's 5 s for exchanging results is short for two debug
+    // builds on a loaded 2-core machine.
     let mut args = vec![
         "-cm1",
         "-ws",
+        "30",
+        "-to",
         "30",
         "-lp",
         "19350",

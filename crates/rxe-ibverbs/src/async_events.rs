@@ -210,20 +210,16 @@ pub fn drain_eventfd(fd: c_int, n: usize) {
     }
 }
 
-/// Reads one count (blocking unless the application set O_NONBLOCK).
+/// Reads one count (blocking unless the application set O_NONBLOCK);
+/// false with read(2)'s errno otherwise. A signal ends the wait with
+/// EINTR, as libibverbs' and librdmacm's own read() does: programs rely on
+/// it (qperf ends a test with SIGALRM, installed without SA_RESTART, while
+/// blocked in ibv_get_cq_event).
 pub fn wait_eventfd(fd: c_int) -> bool {
     let mut v: u64 = 0;
-    loop {
-        // SAFETY: reading 8 bytes into a local.
-        let n = unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
-        if n == 8 {
-            return true;
-        }
-        if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-            continue;
-        }
-        return false;
-    }
+    // SAFETY: reading 8 bytes into a local.
+    let n = unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
+    n == 8
 }
 
 export! {"IBVERBS_1.1" fn ibv_get_async_event(context: *mut ibv_context, event: *mut ibv_async_event) -> c_int, fail = -1, {

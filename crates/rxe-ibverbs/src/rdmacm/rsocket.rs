@@ -55,6 +55,16 @@ struct RSocket {
     keepidle: Mutex<c_int>,
 }
 
+impl Drop for RSocket {
+    /// The number is free again only when nothing uses the socket any
+    /// more (an `rpoll` in another thread may still hold it after
+    /// `rclose`), so the eventfd is never a stranger's by then.
+    fn drop(&mut self) {
+        // SAFETY: the eventfd this socket owned, closed once.
+        unsafe { libc::close(self.fd) };
+    }
+}
+
 static SOCKETS: Mutex<Option<HashMap<c_int, Arc<RSocket>>>> = Mutex::new(None);
 
 fn table() -> MutexGuard<'static, Option<HashMap<c_int, Arc<RSocket>>>> {
@@ -279,22 +289,34 @@ export! {"RDMACM_1.0" fn rconnect(socket: c_int, addr: *const c_void, len: u32) 
     }
 }}
 
+/// The socket and stream a data call of `len` bytes works on; `None` for
+/// nothing to do (0 bytes), or the errno: EBADF, ENOTCONN, EFAULT for a
+/// NULL buffer.
+#[allow(clippy::type_complexity)]
+fn io_target(
+    socket: c_int,
+    null: bool,
+    len: usize,
+) -> Result<Option<(Arc<RSocket>, Arc<RStream>)>, c_int> {
+    let s = lookup(socket).ok_or(libc::EBADF)?;
+    let stream = s.stream()?;
+    if len == 0 {
+        return Ok(None);
+    }
+    if null {
+        return Err(libc::EFAULT);
+    }
+    Ok(Some((s, stream)))
+}
+
 /// # Safety
 /// `buf` is NULL with `len` 0, or points to `len` readable bytes.
 unsafe fn send_bytes(socket: c_int, buf: *const c_void, len: usize, flags: c_int) -> isize {
-    let Some(s) = lookup(socket) else {
-        return fail_size(libc::EBADF);
-    };
-    let stream = match s.stream() {
-        Ok(st) => st,
+    let (s, stream) = match io_target(socket, buf.is_null(), len) {
+        Ok(Some(t)) => t,
+        Ok(None) => return 0,
         Err(e) => return fail_size(e),
     };
-    if len == 0 {
-        return 0;
-    }
-    if buf.is_null() {
-        return fail_size(libc::EFAULT);
-    }
     // SAFETY: the caller's `len` bytes, as send(2) takes them.
     let data = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) };
     match stream.send(data, s.nonblocking(flags)) {
@@ -309,19 +331,11 @@ unsafe fn send_bytes(socket: c_int, buf: *const c_void, len: usize, flags: c_int
 /// # Safety
 /// `buf` is NULL with `len` 0, or points to `len` writable bytes.
 unsafe fn recv_bytes(socket: c_int, buf: *mut c_void, len: usize, flags: c_int) -> isize {
-    let Some(s) = lookup(socket) else {
-        return fail_size(libc::EBADF);
-    };
-    let stream = match s.stream() {
-        Ok(st) => st,
+    let (s, stream) = match io_target(socket, buf.is_null(), len) {
+        Ok(Some(t)) => t,
+        Ok(None) => return 0,
         Err(e) => return fail_size(e),
     };
-    if len == 0 {
-        return 0;
-    }
-    if buf.is_null() {
-        return fail_size(libc::EFAULT);
-    }
     // SAFETY: the caller's `len` writable bytes, as recv(2) takes them.
     let out = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), len) };
     let (waitall, peek) = (flags & libc::MSG_WAITALL != 0, flags & libc::MSG_PEEK != 0);
@@ -452,8 +466,7 @@ export! {"RDMACM_1.0" fn rclose(socket: c_int) -> c_int, fail = -1, {
         }
         Kind::Fresh { .. } => {}
     }
-    // SAFETY: the eventfd this socket owned; its number is free again.
-    unsafe { libc::close(s.fd) };
+    // The eventfd goes with the last reference (RSocket's Drop).
     0
 }}
 

@@ -11,7 +11,7 @@ use std::sync::{Arc, MutexGuard};
 use crate::shared_buffer::RegionBytes;
 use crate::{AccessFlags, Mr, SendOp, SendWr};
 
-use super::{RStream, State, MAX_TRANSFER, OLAP_START_SIZE, SGL_SIZE};
+use super::{next_size, RStream, State, OLAP_START_SIZE, SGL_SIZE};
 use crate::rsocket::wire::*;
 use crate::rsocket::RsError;
 
@@ -162,31 +162,11 @@ impl RStream {
                 },
             };
             iom = Some(m);
-            if !self.can_send(&st) {
-                drop(st);
-                st = match self.wait(nonblock, |s| self.can_send(s) || !s.writable) {
-                    Ok(g) => g,
-                    Err(_) if off > 0 => return Ok(off),
-                    Err(e) => return Err(e),
-                };
-                if !st.writable {
-                    return if off > 0 {
-                        Ok(off)
-                    } else {
-                        Err(RsError::Reset)
-                    };
-                }
-            }
-            let left = (buf.len() - off).min(u32::MAX as usize) as u32;
-            let mut xfer = if olen < left {
-                let x = olen;
-                if olen < MAX_TRANSFER {
-                    olen <<= 1;
-                }
-                x
-            } else {
-                left
+            st = match self.room_to_send(st, nonblock, off) {
+                Ok(g) => g,
+                Err(r) => return r,
             };
+            let mut xfer = next_size(&mut olen, buf.len() - off);
             let room = (m.offset + u64::from(m.sge.length) - at).min(u64::from(u32::MAX)) as u32;
             xfer = xfer.min(st.sbuf_bytes_avail).min(room);
             let data = self.stage(&mut st, &buf[off..off + xfer as usize])?;

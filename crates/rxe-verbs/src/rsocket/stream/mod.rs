@@ -220,16 +220,17 @@ impl RStream {
                 Some(RdmaCmEvent::RouteResolved { .. }) => {}
                 _ => return Err(RsError::Unreachable),
             }
-            Resources::create(&id, opts)
+            let opts = fit_to_device(&id, opts)?;
+            Ok((Resources::create(&id, &opts)?, opts))
         })();
-        let res = match set_up {
+        let (res, opts) = match set_up {
             Ok(r) => r,
             Err(e) => {
                 let _ = id.destroy();
                 return Err(e);
             }
         };
-        let s = RStream::new(id, channel, res, opts);
+        let s = RStream::new(id, channel, res, &opts);
         let param = conn_param(s.local_conn_data());
         if let Err(e) = s.id.connect(&param) {
             s.release();
@@ -277,7 +278,8 @@ impl RStream {
         // its own channel, not the listener's.
         let channel = EventChannel::new();
         id.migrate(&channel);
-        let res = match Resources::create(&id, opts) {
+        let made = fit_to_device(&id, opts).and_then(|o| Ok((Resources::create(&id, &o)?, o)));
+        let (res, opts) = match made {
             Ok(r) => r,
             Err(e) => {
                 let _ = id.reject(&[]);
@@ -285,7 +287,7 @@ impl RStream {
                 return Err(e);
             }
         };
-        let s = RStream::new(id, channel, res, opts);
+        let s = RStream::new(id, channel, res, &opts);
         s.save_conn_data(&mut s.lock(), &peer)?;
         if let Err(e) = s.id.accept(&conn_param(s.local_conn_data())) {
             s.release();
@@ -587,40 +589,45 @@ impl RStream {
             st = self.send_iomaps(nonblock)?;
         }
         while off < buf.len() {
-            if !self.can_send(&st) {
-                drop(st);
-                st = match self.wait(nonblock, |s| self.can_send(s) || !s.writable) {
-                    Ok(g) => g,
-                    Err(e) if off > 0 => {
-                        let _ = e;
-                        return Ok(off);
-                    }
-                    Err(e) => return Err(e),
-                };
-                if !st.writable {
-                    return if off > 0 {
-                        Ok(off)
-                    } else {
-                        Err(RsError::Reset)
-                    };
-                }
-            }
-            let left = (buf.len() - off).min(u32::MAX as usize) as u32;
-            let mut xfer = if olen < left {
-                let x = olen;
-                if olen < MAX_TRANSFER {
-                    olen <<= 1;
-                }
-                x
-            } else {
-                left
+            st = match self.room_to_send(st, nonblock, off) {
+                Ok(g) => g,
+                Err(r) => return r,
             };
+            let mut xfer = next_size(&mut olen, buf.len() - off);
             let target = self.target(st.target_sge)?;
             xfer = xfer.min(st.sbuf_bytes_avail).min(target.length);
             self.write_data(&mut st, &buf[off..off + xfer as usize], target)?;
             off += xfer as usize;
         }
         Ok(off)
+    }
+
+    /// Waits (unless `nonblock`) until a write may go. `Err` holds what
+    /// the send returns instead: the `sent` bytes, or why none went.
+    #[allow(clippy::type_complexity)]
+    fn room_to_send<'a>(
+        &'a self,
+        st: MutexGuard<'a, State>,
+        nonblock: bool,
+        sent: usize,
+    ) -> Result<MutexGuard<'a, State>, Result<usize, RsError>> {
+        if self.can_send(&st) {
+            return Ok(st);
+        }
+        drop(st);
+        let st = match self.wait(nonblock, |s| self.can_send(s) || !s.writable) {
+            Ok(g) => g,
+            Err(_) if sent > 0 => return Err(Ok(sent)),
+            Err(e) => return Err(Err(e)),
+        };
+        if !st.writable {
+            return Err(if sent > 0 {
+                Ok(sent)
+            } else {
+                Err(RsError::Reset)
+            });
+        }
+        Ok(st)
     }
 
     /// `rs_write_data`: one DATA write into the peer's current target.
@@ -915,6 +922,33 @@ impl Resources {
             })?;
         }
         Ok(r)
+    }
+}
+
+/// `opts` with queues no deeper than the ID's device allows, as
+/// librdmacm bounds them by the device's `max_qp_wr`.
+fn fit_to_device(id: &CmId, opts: &RsOptions) -> Result<RsOptions, RsError> {
+    let dev = id.device().ok_or(RsError::Unreachable)?;
+    let max = dev.query_device()?.max_qp_wr;
+    let mut o = opts.clone();
+    o.sq_size = o.sq_size.min(max);
+    o.rq_size = o.rq_size.min(max);
+    Ok(o)
+}
+
+/// The next write's size for `left` bytes still to go: the whole rest,
+/// or the growing overlap size, which doubles up to [`MAX_TRANSFER`]
+/// (librdmacm's `olen`).
+fn next_size(olen: &mut u32, left: usize) -> u32 {
+    let left = left.min(u32::MAX as usize) as u32;
+    if *olen < left {
+        let x = *olen;
+        if *olen < MAX_TRANSFER {
+            *olen <<= 1;
+        }
+        x
+    } else {
+        left
     }
 }
 
