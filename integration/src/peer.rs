@@ -164,6 +164,25 @@ pub fn rxe_in_netns(args: &[String], secs: u64) -> std::process::Child {
 }
 
 /// Waits for a child and returns (exit status, stdout + stderr).
+/// Compiles `integration/c/NAME.c` into `out` with warnings as errors and
+/// the extra `args` (`-shared -fPIC`, libraries); panics with the
+/// compiler's messages if it fails.
+pub fn compile_c(name: &str, out: &std::path::Path, args: &[&str]) {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("c/{name}.c"));
+    let cc = Command::new("cc")
+        .args(["-O1", "-Wall", "-Werror", "-o"])
+        .arg(out)
+        .arg(&src)
+        .args(args)
+        .output()
+        .expect("cc");
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+}
+
 pub fn finish(child: std::process::Child) -> (i32, String) {
     let o = child.wait_with_output().expect("wait");
     (o.status.code().unwrap_or(-1), text(&o))

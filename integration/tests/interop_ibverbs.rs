@@ -130,19 +130,7 @@ fn a_memory_window_with_the_kernels_rxe() {
     let dir = share_dir();
     std::fs::create_dir_all(&dir).expect("share dir");
     let exe = dir.join("mw_peer");
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("c/mw_peer.c");
-    let cc = Command::new("cc")
-        .args(["-O1", "-Wall", "-Werror", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .arg("-libverbs")
-        .output()
-        .expect("cc");
-    assert!(
-        cc.status.success(),
-        "{}",
-        String::from_utf8_lossy(&cc.stderr)
-    );
+    compile_c("mw_peer", &exe, &["-libverbs"]);
     let (ok, ls) = guest_exec("test -x /host/mw_peer && echo shared", 20);
     assert!(
         ok == 0 && ls.contains("shared"),

@@ -36,19 +36,7 @@ fn connect_delay_shim() -> &'static std::path::Path {
     static SHIM: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
     SHIM.get_or_init(|| {
         let so = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("connect_delay.so");
-        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("c/connect_delay.c");
-        let cc = Command::new("cc")
-            .args(["-O1", "-Wall", "-Werror", "-shared", "-fPIC", "-o"])
-            .arg(&so)
-            .arg(&src)
-            .arg("-ldl")
-            .output()
-            .expect("cc");
-        assert!(
-            cc.status.success(),
-            "{}",
-            String::from_utf8_lossy(&cc.stderr)
-        );
+        compile_c("connect_delay", &so, &["-shared", "-fPIC", "-ldl"]);
         so
     })
 }

@@ -298,6 +298,40 @@ mod tests {
         );
     }
 
+    extern "C" fn on_signal(_: c_int) {}
+
+    /// A signal ends a blocked wait with EINTR instead of waiting on, as
+    /// rdma-core's read() does (qperf ends its tests with SIGALRM).
+    #[test]
+    fn a_signal_ends_the_wait_with_eintr() {
+        let fd = new_eventfd().expect("eventfd");
+        // SAFETY: a handler that does nothing, without SA_RESTART, for a
+        // signal only this test sends.
+        unsafe {
+            let mut act: libc::sigaction = std::mem::zeroed();
+            act.sa_sigaction = on_signal as *const () as usize;
+            libc::sigaction(libc::SIGUSR2, &act, std::ptr::null_mut());
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            // SAFETY: the calling thread's own id.
+            tx.send(unsafe { libc::pthread_self() }).expect("send");
+            let woke = wait_eventfd(fd);
+            (woke, std::io::Error::last_os_error().raw_os_error())
+        });
+        let thread = rx.recv().expect("thread id");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !waiter.is_finished() {
+            assert!(std::time::Instant::now() < deadline, "the wait did not end");
+            // SAFETY: signalling the waiting thread, alive until joined.
+            unsafe { libc::pthread_kill(thread, libc::SIGUSR2) };
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert_eq!(waiter.join().expect("join"), (false, Some(libc::EINTR)));
+        // SAFETY: our own eventfd.
+        unsafe { libc::close(fd) };
+    }
+
     #[test]
     fn elements_by_event_type() {
         assert_eq!(element_of(IBV_EVENT_QP_FATAL), Element::Qp);

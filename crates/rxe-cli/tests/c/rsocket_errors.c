@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <rdma/rsocket.h>
 
 static int failures;
@@ -33,6 +34,9 @@ int main(int argc, char **argv)
 	CHECK(FAILS(rlisten(s, 1), EINVAL), "listen unbound");
 	CHECK(FAILS(rrecv(s, buf, sizeof buf, 0), ENOTCONN), "recv unconnected");
 	CHECK(FAILS(rshutdown(s, SHUT_RDWR), ENOTCONN), "shutdown unconnected");
+	struct iovec iov = { .iov_base = buf, .iov_len = sizeof buf };
+	CHECK(FAILS(rwritev(s, &iov, 1), ENOTCONN), "writev unconnected");
+	CHECK(FAILS(rreadv(s, &iov, -1), EINVAL), "readv with a negative count");
 	CHECK(FAILS(rsetsockopt(s, SOL_SOCKET, SO_SNDBUF, buf, 1), EINVAL), "short option value");
 	int v = 1;
 	CHECK(FAILS(rsetsockopt(s, SOL_SOCKET, SO_BROADCAST, &v, sizeof v), ENOPROTOOPT), "unknown option");

@@ -389,7 +389,17 @@ export! {"RDMACM_1.0" fn rrecvfrom(socket: c_int, buf: *mut c_void, len: usize, 
     n
 }}
 
-export! {"RDMACM_1.0" fn rwritev(socket: c_int, iov: *const c_void, iovcnt: c_int) -> isize, fail = -1, {
+/// writev/readv over `iovcnt` iovecs at `iov`: `io(base, len, first)`
+/// for each in turn, stopping at the first short or failed one; the total,
+/// or the first call's failure.
+///
+/// # Safety
+/// `iov` points to `iovcnt` iovecs naming the caller's buffers.
+unsafe fn each_iov(
+    iov: *const c_void,
+    iovcnt: c_int,
+    mut io: impl FnMut(*mut c_void, usize, bool) -> isize,
+) -> isize {
     if iovcnt < 0 || (iovcnt > 0 && iov.is_null()) {
         return fail_size(libc::EINVAL);
     }
@@ -397,8 +407,7 @@ export! {"RDMACM_1.0" fn rwritev(socket: c_int, iov: *const c_void, iovcnt: c_in
     let v = unsafe { std::slice::from_raw_parts(iov.cast::<libc::iovec>(), iovcnt as usize) };
     let mut total = 0isize;
     for e in v {
-        // SAFETY: each iovec names the caller's readable bytes.
-        let n = unsafe { send_bytes(socket, e.iov_base, e.iov_len, 0) };
+        let n = io(e.iov_base, e.iov_len, total == 0);
         if n < 0 {
             return if total > 0 { total } else { n };
         }
@@ -408,30 +417,22 @@ export! {"RDMACM_1.0" fn rwritev(socket: c_int, iov: *const c_void, iovcnt: c_in
         }
     }
     total
+}
+
+export! {"RDMACM_1.0" fn rwritev(socket: c_int, iov: *const c_void, iovcnt: c_int) -> isize, fail = -1, {
+    // SAFETY: the caller's iovecs, each naming readable bytes.
+    unsafe { each_iov(iov, iovcnt, |base, len, _| send_bytes(socket, base, len, 0)) }
 }}
 
 export! {"RDMACM_1.0" fn rreadv(socket: c_int, iov: *const c_void, iovcnt: c_int) -> isize, fail = -1, {
-    if iovcnt < 0 || (iovcnt > 0 && iov.is_null()) {
-        return fail_size(libc::EINVAL);
-    }
-    // SAFETY: the caller's array of `iovcnt` iovecs, as readv(2).
-    let v = unsafe { std::slice::from_raw_parts(iov.cast::<libc::iovec>(), iovcnt as usize) };
     // As readv: what has arrived, filling the buffers in order; only the
     // first read may wait.
-    let mut total = 0isize;
-    for e in v {
-        let flags = if total > 0 { libc::MSG_DONTWAIT } else { 0 };
-        // SAFETY: each iovec names the caller's writable bytes.
-        let n = unsafe { recv_bytes(socket, e.iov_base, e.iov_len, flags) };
-        if n < 0 {
-            return if total > 0 { total } else { n };
-        }
-        total += n;
-        if (n as usize) < e.iov_len {
-            break;
-        }
+    // SAFETY: the caller's iovecs, each naming writable bytes.
+    unsafe {
+        each_iov(iov, iovcnt, |base, len, first| {
+            recv_bytes(socket, base, len, if first { 0 } else { libc::MSG_DONTWAIT })
+        })
     }
-    total
 }}
 
 export! {"RDMACM_1.0" fn rshutdown(socket: c_int, how: c_int) -> c_int, fail = -1, {
