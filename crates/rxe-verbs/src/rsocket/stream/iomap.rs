@@ -114,7 +114,10 @@ impl RStream {
             st.sseq_no = st.sseq_no.wrapping_add(1);
             st.sqe_avail -= 1;
             st.sbuf_bytes_avail -= IOMAP_LEN as u32;
-            let at = st.remote_iomap.addr + u64::from(slot) * IOMAP_LEN as u64;
+            let at = st
+                .remote_iomap
+                .addr
+                .wrapping_add(u64::from(slot) * IOMAP_LEN as u64);
             let key = st.remote_iomap.key;
             self.post_write_msg(data, msg(MsgOp::IomapSgl, slot), at, key)?;
             st.maps[i].announced = true;
@@ -122,7 +125,8 @@ impl RStream {
     }
 
     /// The peer's mapping that holds `offset`, from our I/O map (which the
-    /// peer writes, in our byte order).
+    /// peer writes, in our byte order: any values, so the arithmetic on
+    /// them saturates or wraps; the peer's own R_Key checks judge them).
     fn find_iomap(&self, st: &State, offset: u64) -> Result<Option<RsIomap>, RsError> {
         for i in 0..st.iomap_size as usize {
             let mut b = [0u8; IOMAP_LEN];
@@ -130,7 +134,9 @@ impl RStream {
                 .target
                 .read(SGL_SIZE as usize * SGE_LEN + i * IOMAP_LEN, &mut b)?;
             let e = RsIomap::from_bytes(&b, HOST_IS_NET);
-            if e.sge.length > 0 && offset >= e.offset && offset < e.offset + u64::from(e.sge.length)
+            if e.sge.length > 0
+                && offset >= e.offset
+                && offset < e.offset.saturating_add(u64::from(e.sge.length))
             {
                 return Ok(Some(e));
             }
@@ -153,9 +159,13 @@ impl RStream {
         let (mut off, mut olen) = (0usize, OLAP_START_SIZE);
         let mut iom: Option<RsIomap> = None;
         while off < buf.len() {
-            let at = offset + off as u64;
+            let at = offset.wrapping_add(off as u64);
             let m = match iom {
-                Some(m) if at >= m.offset && at < m.offset + u64::from(m.sge.length) => m,
+                Some(m)
+                    if at >= m.offset && at < m.offset.saturating_add(u64::from(m.sge.length)) =>
+                {
+                    m
+                }
                 _ => match self.find_iomap(&st, at)? {
                     Some(m) => m,
                     None => break,
@@ -167,7 +177,8 @@ impl RStream {
                 Err(r) => return r,
             };
             let mut xfer = next_size(&mut olen, buf.len() - off);
-            let room = (m.offset + u64::from(m.sge.length) - at).min(u64::from(u32::MAX)) as u32;
+            let room = (m.offset.saturating_add(u64::from(m.sge.length)) - at)
+                .min(u64::from(u32::MAX)) as u32;
             xfer = xfer.min(st.sbuf_bytes_avail).min(room);
             let data = self.stage(&mut st, &buf[off..off + xfer as usize])?;
             st.sqe_avail -= 1;
@@ -175,7 +186,7 @@ impl RStream {
             self.res.qp.post_send(SendWr {
                 wr_id: u64::from(msg(MsgOp::Write, xfer)),
                 op: SendOp::RdmaWrite {
-                    remote_addr: m.sge.addr + (at - m.offset),
+                    remote_addr: m.sge.addr.wrapping_add(at - m.offset),
                     rkey: m.sge.key,
                 },
                 data,

@@ -352,7 +352,10 @@ impl RStream {
         if c.flags & FLAG_IOMAP != 0 {
             // The peer's I/O map follows its target SGL, under its key.
             st.remote_iomap = RsSge {
-                addr: c.target_sgl.addr + u64::from(c.target_sgl.length) * SGE_LEN as u64,
+                addr: c
+                    .target_sgl
+                    .addr
+                    .wrapping_add(u64::from(c.target_sgl.length) * SGE_LEN as u64),
                 key: c.target_sgl.key,
                 length: scale_to_value(c.target_iomap_size),
             };
@@ -432,7 +435,10 @@ impl RStream {
                 length: st.rbuf_size >> 1,
             };
             let bytes = sge.to_bytes(HOST_IS_NET != st.swap_sgl);
-            let at = st.remote_sgl.addr + u64::from(st.remote_sge) * SGE_LEN as u64;
+            let at = st
+                .remote_sgl
+                .addr
+                .wrapping_add(u64::from(st.remote_sge) * SGE_LEN as u64);
             self.post_write_msg(SendData::Inline(bytes.to_vec()), imm, at, st.remote_sgl.key)?;
             st.rbuf_bytes_avail -= st.rbuf_size >> 1;
             st.rbuf_free_offset += st.rbuf_size >> 1;
@@ -638,7 +644,9 @@ impl RStream {
         st.sqe_avail -= 1;
         st.sbuf_bytes_avail -= len;
         let (addr, rkey) = (target.addr, target.key);
-        target.addr += u64::from(len);
+        // The peer wrote this entry: any address, which its R_Key check
+        // judges, so the arithmetic wraps rather than panics.
+        target.addr = target.addr.wrapping_add(u64::from(len));
         target.length -= len;
         self.set_target(st.target_sge, target)?;
         if target.length == 0 {
