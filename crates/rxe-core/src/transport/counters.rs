@@ -84,6 +84,15 @@ counters! {
     RpCnpIgnored => "rp_cnp_ignored",
     /// Reaction point: rate reductions made (DCQCN).
     RpRateReductions => "rp_rate_reductions",
+    /// Path migration: the requester's retries on the primary path were
+    /// spent and the QP moved to its armed alternate path (IBTA 17.2.8).
+    PathMigrated => "path_migrated",
+    /// Path migration: a packet with MigReq arrived on the armed alternate
+    /// path and the QP moved there, following its peer.
+    PathMigratedByPeer => "path_migrated_by_peer",
+    /// Path migration: the QP should have migrated but its alternate
+    /// path's source GID is gone (`IBV_EVENT_PATH_MIG_ERR`).
+    PathMigErr => "path_mig_err",
     /// Dropped: fewer bytes than a header needs.
     DropTruncated => "drop_truncated",
     /// Dropped: a field with a value not allowed there.

@@ -31,6 +31,7 @@ use super::error::{EndpointError, PostError};
 use super::io::{RecvMeta, Transmit};
 use super::memory::MemoryAccess;
 use super::multicast::{McastGroups, MULTICAST_QPN};
+use super::path::{self, pkey_of, PathCheck};
 use super::qp::{
     modify, AsyncEvent, AttrMask, QpAttr, QpCaps, QpCommon, QpConfig, QpInit, QpState, QpType,
 };
@@ -186,6 +187,9 @@ impl Endpoint {
     /// device keeps this table current as the host's addresses change.
     pub fn set_gid_table(&mut self, table: Vec<Option<[u8; 16]>>) {
         self.gid_table = table;
+        for qp in self.qps.values_mut() {
+            path::refresh(&mut qp.common, &self.pkey_table, &self.gid_table);
+        }
     }
 
     /// Replaces the P_Key table (at most `caps.pkey_table_len` entries).
@@ -193,7 +197,7 @@ impl Endpoint {
         self.pkey_table = table;
         self.caps.pkey_table_len = self.pkey_table.len().max(1) as u16;
         for qp in self.qps.values_mut() {
-            qp.common.pkey = pkey_of(&self.pkey_table, &qp.common.config);
+            path::refresh(&mut qp.common, &self.pkey_table, &self.gid_table);
         }
     }
 
@@ -326,7 +330,7 @@ impl Endpoint {
         let qp = self.qps.get_mut(&qpn).ok_or(EndpointError::NoSuchQp(qpn))?;
         let from = qp.common.state();
         qp.common.config = modify(&qp.common.config, attr, mask)?;
-        qp.common.pkey = pkey_of(&self.pkey_table, &qp.common.config);
+        path::refresh(&mut qp.common, &self.pkey_table, &self.gid_table);
         match qp.common.state() {
             QpState::Reset => {
                 // RESET forgets the QP's work; a receive it took from its
@@ -537,8 +541,20 @@ impl Endpoint {
         ) {
             return self.counters.inc(Counter::DropQpState);
         }
-        if !c.qp_type().is_datagram() && !on_connected_path(c, &self.gid_table, meta) {
-            return self.counters.inc(Counter::DropWrongAddress);
+        if !c.qp_type().is_datagram() {
+            match path::check(c, &self.gid_table, meta, bth.mig_req) {
+                PathCheck::Primary => {
+                    if !bth.mig_req {
+                        c.config.peer_rearmed();
+                    }
+                }
+                PathCheck::Migration => {
+                    c.migrate();
+                    path::refresh(c, &self.pkey_table, &self.gid_table);
+                    self.counters.inc(Counter::PathMigratedByPeer);
+                }
+                PathCheck::Foreign => return self.counters.inc(Counter::DropWrongAddress),
+            }
         }
         // IBTA 9.6.1.1 / 10.9.3: the BTH P_Key must match the QP's; QP1
         // accepts any P_Key of the port's table.
@@ -587,7 +603,7 @@ impl Endpoint {
                 let c = &qp.common;
                 matches!(c.qp_type(), QpType::Rc | QpType::Uc)
                     && matches!(c.state(), QpState::Rts | QpState::Sqd)
-                    && on_connected_path(c, &self.gid_table, meta)
+                    && path::on_primary(c, &self.gid_table, meta)
                     && pkeys_match(c.pkey, pkt.repr.bth.pkey)
             });
         if !reacts {
@@ -743,31 +759,6 @@ impl Endpoint {
             self.timers.insert((d, qpn));
         }
     }
-}
-
-fn pkey_of(table: &[u16], config: &QpConfig) -> u16 {
-    let i = usize::from(config.attrs().pkey_index.unwrap_or(0));
-    table.get(i).copied().unwrap_or(0)
-}
-
-/// Whether a packet for connected QP `c` came over the path the QP was
-/// connected to: its source GID is the QP's destination GID and its
-/// destination GID the QP's own source GID (the GID table entry its path
-/// names). IBTA 9.6.1.5 (connected services check the packet's source and
-/// destination against the QP context; not checked against the text) and
-/// kernel rxe's `check_addr()`: without it, anyone who guesses a QPN and a
-/// PSN can inject SENDs, WRITEs and READs into a connection. UD and GSI
-/// accept any source. An endpoint never given a GID table (a sans-IO test
-/// with no port) checks the source alone; a device always gives one.
-fn on_connected_path(c: &QpCommon, gids: &[Option<[u8; 16]>], meta: &RecvMeta) -> bool {
-    // A QP receives from RTR on, and RTR requires a path (qp_state's rules).
-    let Some(av) = c.config.attrs().av else {
-        return false;
-    };
-    if meta.sgid != av.dgid {
-        return false;
-    }
-    gids.is_empty() || gids.get(usize::from(av.sgid_index)).copied().flatten() == Some(meta.dgid)
 }
 
 #[cfg(test)]

@@ -74,6 +74,7 @@ mod io;
 mod key_table;
 mod memory;
 mod multicast;
+mod path;
 mod psn;
 mod qp;
 mod recv;

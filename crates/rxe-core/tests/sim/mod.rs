@@ -49,7 +49,10 @@ fn ip_of_gid(gid: &[u8; 16]) -> Option<Ipv4Addr> {
 pub struct Node {
     pub ep: Endpoint,
     pub mem: VecMemory,
+    /// The node's first address (GID index 0).
     pub ip: Ipv4Addr,
+    /// More addresses ([`Sim::add_address`]), at GID indexes 1, 2, ...
+    pub more_ips: Vec<Ipv4Addr>,
     /// Every completion, with when it was polled.
     pub wcs: Vec<(Instant, WorkCompletion)>,
     pub events: Vec<(Instant, AsyncEvent)>,
@@ -58,6 +61,23 @@ pub struct Node {
 impl Node {
     pub fn gid(&self) -> [u8; 16] {
         gid_of(self.ip)
+    }
+
+    /// The node's address at GID index `i`.
+    pub fn ip_at(&self, i: u8) -> Option<Ipv4Addr> {
+        match i {
+            0 => Some(self.ip),
+            _ => self.more_ips.get(usize::from(i) - 1).copied(),
+        }
+    }
+
+    /// The address vector that reaches this node at its address of GID
+    /// index `i`.
+    pub fn av_at(&self, i: u8) -> AddressVector {
+        AddressVector {
+            dgid: gid_of(self.ip_at(i).expect("no such address")),
+            ..self.av()
+        }
     }
 
     /// The address vector that reaches this node.
@@ -185,7 +205,10 @@ pub fn packet_info(from: usize, to: usize, t: &TransportRepr, payload: &[u8]) ->
     PacketInfo {
         from,
         to,
+        src_ip: Ipv4Addr::UNSPECIFIED,
+        dst_ip: Ipv4Addr::UNSPECIFIED,
         opcode: t.bth.opcode,
+        mig_req: t.bth.mig_req,
         dest_qp: t.bth.dest_qp,
         psn: t.bth.psn,
         ack_req: t.bth.ack_req,
@@ -223,6 +246,7 @@ impl Sim {
                     ep,
                     mem: VecMemory::new(),
                     ip,
+                    more_ips: Vec::new(),
                     wcs: Vec::new(),
                     events: Vec::new(),
                 }
@@ -268,7 +292,21 @@ impl Sim {
     }
 
     fn node_of(&self, ip: Ipv4Addr) -> Option<usize> {
-        self.nodes.iter().position(|n| n.ip == ip)
+        self.nodes
+            .iter()
+            .position(|n| n.ip == ip || n.more_ips.contains(&ip))
+    }
+
+    /// Gives node `n` one more address, at the next GID index, as a device
+    /// bound to several addresses has.
+    pub fn add_address(&mut self, n: usize, ip: Ipv4Addr) {
+        let node = &mut self.nodes[n];
+        node.more_ips.push(ip);
+        let table = std::iter::once(node.ip)
+            .chain(node.more_ips.iter().copied())
+            .map(|ip| Some(gid_of(ip)))
+            .collect();
+        node.ep.set_gid_table(table);
     }
 
     /// Sends transport bytes (BTH .. 4 zero ICRC bytes, as `poll_transmit`
@@ -288,9 +326,16 @@ impl Sim {
                 self.now, tbytes
             ),
         };
-        let src_ip = self.nodes[from].ip;
-        let to = ip_of_gid(&dest.dgid).and_then(|ip| self.node_of(ip));
-        let info = packet_info(from, to.unwrap_or(usize::MAX), &pkt.repr, pkt.payload);
+        // The source is the sender's address that the path's GID index
+        // names, as a device picks its socket.
+        let src_ip = self.nodes[from]
+            .ip_at(dest.sgid_index)
+            .unwrap_or(self.nodes[from].ip);
+        let dst_ip = ip_of_gid(&dest.dgid);
+        let to = dst_ip.and_then(|ip| self.node_of(ip));
+        let mut info = packet_info(from, to.unwrap_or(usize::MAX), &pkt.repr, pkt.payload);
+        info.src_ip = src_ip;
+        info.dst_ip = dst_ip.unwrap_or(Ipv4Addr::UNSPECIFIED);
         let Some(to) = to else {
             self.net.stats.no_route += 1;
             self.record(Fate::NoRoute, info);
@@ -307,7 +352,7 @@ impl Sim {
             },
             ..RoceV2Ip::new(
                 IpAddr::V4(src_ip),
-                IpAddr::V4(self.nodes[to].ip),
+                IpAddr::V4(info.dst_ip),
                 dest.src_port.unwrap_or(0xc000 | hash as u16),
             )
         };

@@ -109,7 +109,12 @@ pub enum Verdict {
 pub struct PacketInfo {
     pub from: usize,
     pub to: usize,
+    /// The IP source and destination (a node may have several addresses).
+    pub src_ip: std::net::Ipv4Addr,
+    pub dst_ip: std::net::Ipv4Addr,
     pub opcode: Opcode,
+    /// The BTH MigReq bit.
+    pub mig_req: bool,
     pub dest_qp: u32,
     pub psn: u32,
     pub ack_req: bool,

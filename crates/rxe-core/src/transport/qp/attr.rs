@@ -216,7 +216,7 @@ impl fmt::Display for PathMtu {
 }
 
 /// Path migration state (IBTA 17.2.8), for automatic path migration to the
-/// alternate path. Stored and reported; rxe does not migrate paths.
+/// alternate path (`qp::migration`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum MigState {
     Migrated,

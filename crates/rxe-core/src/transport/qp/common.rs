@@ -66,6 +66,12 @@ pub enum AsyncEvent {
     /// (`IBV_EVENT_SRQ_LIMIT_REACHED`; IBTA 10.2.9.x, 11.6.3, not checked
     /// against the text).
     SrqLimitReached { srqn: u32 },
+    /// The QP moved to its alternate path on its own (`IBV_EVENT_PATH_MIG`;
+    /// IBTA 17.2.8, `qp::migration`).
+    PathMigrated { qpn: u32 },
+    /// The QP should have moved to its alternate path and could not
+    /// (`IBV_EVENT_PATH_MIG_ERR`; `qp::migration`).
+    PathMigError { qpn: u32 },
 }
 
 /// The part of a QP that both directions use.
@@ -76,6 +82,12 @@ pub struct QpCommon {
     pub config: QpConfig,
     /// The P_Key at the QP's `pkey_index`, kept current by the endpoint.
     pub pkey: u16,
+    /// The P_Key at the alternate path's `pkey_index`, kept current by the
+    /// endpoint; the QP's after a migration.
+    pub alt_pkey: u16,
+    /// Whether the alternate path's source GID is in the port's table,
+    /// kept current by the endpoint: a migration needs it.
+    pub alt_usable: bool,
     completions: VecDeque<WorkCompletion>,
     events: VecDeque<AsyncEvent>,
     flush_pending: bool,
@@ -96,6 +108,8 @@ impl QpCommon {
             init,
             config,
             pkey,
+            alt_pkey: pkey,
+            alt_usable: true,
             completions: VecDeque::new(),
             events: VecDeque::new(),
             flush_pending: false,
@@ -152,6 +166,25 @@ impl QpCommon {
             self.events.push_back(AsyncEvent::QpFatal { qpn: self.qpn });
         }
         self.flush_pending = true;
+    }
+
+    /// The BTH MigReq bit of the QP's packets: an RC or UC QP's migration
+    /// state says (`qp::migration`); datagram QPs, which have one path
+    /// per packet, send 0 as kernel rxe does.
+    pub fn sends_mig_req(&self) -> bool {
+        matches!(self.qp_type(), QpType::Rc | QpType::Uc) && self.config.mig_req()
+    }
+
+    /// Moves to the armed alternate path on the QP's own initiative and
+    /// raises PATH_MIG (`qp::migration`); `false` if not ARMED.
+    pub fn migrate(&mut self) -> bool {
+        if !self.config.migrate() {
+            return false;
+        }
+        self.pkey = self.alt_pkey;
+        self.events
+            .push_back(AsyncEvent::PathMigrated { qpn: self.qpn });
+        true
     }
 
     /// Asks for a flush of both queues (after a Modify QP to ERR).

@@ -10,12 +10,15 @@
 //!   one requires and allows.
 //! - [`modify`](mod@modify): Modify QP as a pure function over an immutable
 //!   [`QpConfig`]: the table, then the range checks.
+//! - [`migration`]: automatic path migration: the `path_mig_state` rules,
+//!   the move to the alternate path, the MigReq bit.
 //! - [`common`]: [`QpInit`], [`QpCommon`] (identity, configuration,
 //!   completions, events, the fatal-error signal) and [`AsyncEvent`].
 
 mod attr;
 mod common;
 mod mask;
+mod migration;
 mod modify;
 mod table;
 

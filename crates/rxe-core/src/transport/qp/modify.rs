@@ -15,10 +15,11 @@ use core::fmt;
 use core::time::Duration;
 
 use super::attr::{
-    local_ack_timeout, rnr_timer, AddressVector, PathMtu, QpState, QpType, GSI_QKEY,
+    local_ack_timeout, rnr_timer, AddressVector, MigState, PathMtu, QpState, QpType, GSI_QKEY,
     MAX_FLOW_LABEL, MAX_MIN_RNR_TIMER, MAX_QPN, MAX_RETRY_CNT, MAX_RNR_RETRY, MAX_SL, MAX_TIMEOUT,
 };
 use super::mask::{Attr, AttrMask, QpAttr};
+use super::migration;
 use super::table::transition;
 
 /// Device limits that bound attribute values. The verbs layer fills them in
@@ -100,6 +101,13 @@ pub enum ModifyError {
     /// A GSI QP's Q_Key can only be the well-known one.
     #[error("a GSI QP's Q_Key is {:#010x}, not {qkey:#010x}", GSI_QKEY)]
     GsiQkey { qkey: u32 },
+    /// REARM or ARMED asked for with no alternate path loaded
+    /// (`qp::migration`).
+    #[error("path_mig_state REARM or ARMED needs an alternate path (ALT_PATH)")]
+    NoAlternatePath,
+    /// A path migration state change that is not allowed (`qp::migration`).
+    #[error("path_mig_state cannot go from {from:?} to {to:?}")]
+    MigStateChange { from: MigState, to: MigState },
 }
 
 impl ModifyError {
@@ -113,6 +121,8 @@ impl ModifyError {
             ModifyError::CurrentStateMismatch { .. } => "cur_state_mismatch",
             ModifyError::OutOfRange { .. } => "out_of_range",
             ModifyError::GsiQkey { .. } => "gsi_qkey",
+            ModifyError::NoAlternatePath => "no_alt_path",
+            ModifyError::MigStateChange { .. } => "mig_state_change",
         }
     }
 }
@@ -167,6 +177,11 @@ impl QpConfig {
     /// `Some`: an RC QP in RTS has its path MTU, PSNs, timeout and so on.
     pub fn attrs(&self) -> &QpAttr {
         &self.attrs
+    }
+
+    /// For the engine's own changes (`qp::migration`), never Modify QP's.
+    pub(super) fn attrs_mut(&mut self) -> &mut QpAttr {
+        &mut self.attrs
     }
 
     /// The transport timer interval from the QP's `timeout`; `None` when
@@ -277,6 +292,7 @@ pub fn modify(current: &QpConfig, attr: &QpAttr, mask: AttrMask) -> Result<QpCon
     for a in mask.iter() {
         check_range(qp_type, &current.caps, attr, a)?;
     }
+    migration::check(current, attr, mask)?;
 
     let mut next = current.clone();
     next.state = to;
@@ -293,6 +309,7 @@ pub fn modify(current: &QpConfig, attr: &QpAttr, mask: AttrMask) -> Result<QpCon
         {
             next.attrs.copy_field(attr, a);
         }
+        migration::apply(current, &mut next, attr, mask);
     }
     Ok(next)
 }

@@ -1150,4 +1150,67 @@ mod modify {
             }
         }
     }
+
+    /// `qp::migration`: the MigReq bit follows the state, and MIGRATED
+    /// asked for while ARMED moves every field of the alternate path in.
+    #[test]
+    fn migration_on_request_moves_the_whole_alternate_path() {
+        let rts = config_in(Rc, Rts);
+        assert_eq!(rts.mig_state(), MigState::Migrated);
+        assert!(rts.mig_req());
+        let alt = AltPath {
+            av: av(9),
+            pkey_index: 1,
+            port_num: 1,
+            timeout: 20,
+        };
+        let arm = QpAttr {
+            alt_path: Some(alt),
+            path_mig_state: Some(MigState::Armed),
+            ..Default::default()
+        };
+        let mut rts = rts;
+        rts.caps.pkey_table_len = 2;
+        let armed = modify(&rts, &arm, M::ALT_PATH | M::PATH_MIG_STATE).unwrap();
+        assert_eq!(armed.armed_path(), Some(&alt));
+        assert!(!armed.mig_req());
+        // Loading a new alternate while ARMED stays ARMED.
+        let reload = QpAttr {
+            alt_path: Some(alt),
+            ..Default::default()
+        };
+        assert_eq!(
+            modify(&armed, &reload, M::ALT_PATH).unwrap().mig_state(),
+            MigState::Armed
+        );
+        let go = QpAttr {
+            path_mig_state: Some(MigState::Migrated),
+            ..Default::default()
+        };
+        let moved = modify(&armed, &go, M::PATH_MIG_STATE).unwrap();
+        let a = moved.attrs();
+        assert_eq!(
+            (a.av, a.pkey_index, a.port_num, a.timeout, a.alt_path),
+            (Some(av(9)), Some(1), Some(1), Some(20), None)
+        );
+        assert_eq!(moved.mig_state(), MigState::Migrated);
+        assert!(moved.mig_req());
+        // MIGRATED again is nothing to do; REARM now needs a new path.
+        assert_eq!(modify(&moved, &go, M::PATH_MIG_STATE).unwrap(), moved);
+        let rearm = QpAttr {
+            path_mig_state: Some(MigState::Rearm),
+            ..Default::default()
+        };
+        assert_eq!(
+            modify(&moved, &rearm, M::PATH_MIG_STATE),
+            Err(ModifyError::NoAlternatePath)
+        );
+        assert_eq!(
+            modify(&armed, &rearm, M::PATH_MIG_STATE),
+            Err(ModifyError::MigStateChange {
+                from: MigState::Armed,
+                to: MigState::Rearm
+            })
+        );
+    }
 }

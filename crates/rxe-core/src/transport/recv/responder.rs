@@ -321,7 +321,7 @@ impl Responder {
             let bth = |opcode: Opcode, psn: Psn| BthRepr {
                 opcode,
                 solicited: false,
-                mig_req: false,
+                mig_req: common.sends_mig_req(),
                 pad_count: 0,
                 pkey: common.pkey,
                 fecn: false,

@@ -413,6 +413,7 @@ impl Requester {
             qp_type: common.qp_type(),
             src_qpn: common.qpn,
             pkey: common.pkey,
+            mig_req: common.sends_mig_req(),
             dest_qpn: attrs.dest_qpn.unwrap_or(0),
             qkey: attrs.qkey.unwrap_or(0),
         };

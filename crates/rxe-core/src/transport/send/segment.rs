@@ -150,6 +150,8 @@ pub(super) struct PacketCtx {
     pub qp_type: QpType,
     pub src_qpn: u32,
     pub pkey: u16,
+    /// The BTH MigReq bit (`qp::migration`): RC/UC while MIGRATED.
+    pub mig_req: bool,
     /// RC/UC: the QP's `dest_qpn` (UD takes the work request's).
     pub dest_qpn: u32,
     /// UD: the QP's own Q_Key, used when the work request's is controlled.
@@ -289,7 +291,7 @@ pub(super) fn packet_repr(
     let bth = BthRepr {
         opcode,
         solicited,
-        mig_req: false,
+        mig_req: ctx.mig_req,
         pad_count: 0,
         pkey: ctx.pkey,
         fecn: false,

@@ -40,7 +40,8 @@ impl Requester {
     }
 
     /// Starts a retransmission from `to`, spending one retry; when none is
-    /// left, the oldest request completes with RETRY_EXC_ERR and the QP
+    /// left, an ARMED QP migrates and retransmits on its alternate path,
+    /// any other's oldest request completes with RETRY_EXC_ERR and the QP
     /// goes to ERR. A retransmission to the PSN already being retried
     /// (without progress since) is not started twice.
     pub(in crate::transport::send) fn retry_from(
@@ -53,14 +54,36 @@ impl Requester {
             return;
         }
         if self.retry_left == 0 {
-            counters.inc(Counter::RetryExceededErr);
-            self.fail_front(common, WcStatus::RetryExcErr);
-            return;
+            if !self.migrate(common, counters) {
+                counters.inc(Counter::RetryExceededErr);
+                self.fail_front(common, WcStatus::RetryExcErr);
+                return;
+            }
+        } else {
+            self.retry_left -= 1;
         }
-        self.retry_left -= 1;
         counters.inc(Counter::CompleterRetryErr);
         self.rewind(to);
         self.rewound_to = Some(to);
+    }
+
+    /// Retries spent on the primary path: an ARMED QP moves to its
+    /// alternate path (IBTA 17.2.8, `qp::migration`) and starts its
+    /// retries over there, with the alternate path's timeout; `false` when
+    /// it has no armed path, or cannot use it (PATH_MIG_ERR), and fails.
+    fn migrate(&mut self, common: &mut QpCommon, counters: &mut Counters) -> bool {
+        if common.config.armed_path().is_none() {
+            return false;
+        }
+        if !common.alt_usable {
+            counters.inc(Counter::PathMigErr);
+            common.event(AsyncEvent::PathMigError { qpn: common.qpn });
+            return false;
+        }
+        common.migrate();
+        counters.inc(Counter::PathMigrated);
+        self.reset_retries(common);
+        true
     }
 
     /// Waits `wait` after an RNR NAK, then resends from the oldest
