@@ -37,6 +37,8 @@ pub fn run_inner_test(prefix: &str, inner: &str) -> bool {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    // What the inner test printed (its measurements), for --nocapture.
+    eprintln!("{text}");
     assert!(out.status.success(), "inner test failed:\n{text}");
     assert!(text.contains("1 passed"), "inner test did not run:\n{text}");
     true

@@ -97,6 +97,8 @@ pub fn ibv_event_of(e: &AsyncEvent) -> (u32, Element, u32) {
             (IBV_EVENT_QP_LAST_WQE_REACHED, Element::Qp, qp_num)
         }
         AsyncEvent::SqDrained { qp_num } => (IBV_EVENT_SQ_DRAINED, Element::Qp, qp_num),
+        AsyncEvent::PathMig { qp_num } => (IBV_EVENT_PATH_MIG, Element::Qp, qp_num),
+        AsyncEvent::PathMigErr { qp_num } => (IBV_EVENT_PATH_MIG_ERR, Element::Qp, qp_num),
         AsyncEvent::CqErr { cq } => (IBV_EVENT_CQ_ERR, Element::Cq, cq),
         AsyncEvent::SrqLimitReached { srq } => (IBV_EVENT_SRQ_LIMIT_REACHED, Element::Srq, srq),
         AsyncEvent::DeviceFatal => (IBV_EVENT_DEVICE_FATAL, Element::Device, 0),

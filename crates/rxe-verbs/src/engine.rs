@@ -82,6 +82,8 @@ impl DeviceEngine {
                 CoreEvent::SqDrained { qpn } => AsyncEvent::SqDrained { qp_num: qpn },
                 CoreEvent::LastWqeReached { qpn } => AsyncEvent::QpLastWqeReached { qp_num: qpn },
                 CoreEvent::SrqLimitReached { srqn } => AsyncEvent::SrqLimitReached { srq: srqn },
+                CoreEvent::PathMigrated { qpn } => AsyncEvent::PathMig { qp_num: qpn },
+                CoreEvent::PathMigError { qpn } => AsyncEvent::PathMigErr { qp_num: qpn },
             };
             self.raise(ev);
         }

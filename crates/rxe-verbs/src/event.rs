@@ -30,6 +30,12 @@ pub enum AsyncEvent {
     QpLastWqeReached { qp_num: u32 },
     /// A QP in SQD has nothing outstanding (`IBV_EVENT_SQ_DRAINED`).
     SqDrained { qp_num: u32 },
+    /// A connected QP moved to its alternate path on its own
+    /// (`IBV_EVENT_PATH_MIG`; IBTA 17.2.8).
+    PathMig { qp_num: u32 },
+    /// A connected QP should have moved to its alternate path and could
+    /// not (`IBV_EVENT_PATH_MIG_ERR`).
+    PathMigErr { qp_num: u32 },
     /// A CQ overran (`IBV_EVENT_CQ_ERR`).
     CqErr { cq: u32 },
     /// An SRQ's receive count fell below its armed limit

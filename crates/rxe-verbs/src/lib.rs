@@ -73,7 +73,7 @@ pub use registry::{device_by_name, devices};
 pub use srq::{Srq, SrqInitAttr};
 
 pub use rxe_core::transport::{
-    AccessFlags, AddressVector, AttrMask, CongestionConfig, DcqcnParams, MigState, MwBind, MwType,
-    PathMtu, PostError, Psn, QpAttr, QpState, QpType, RecvWr, RegMr, SendData, SendOp, SendWr, Sge,
-    UdDest, WcOpcode, WcStatus, WorkCompletion, WorkQueue,
+    AccessFlags, AddressVector, AltPath, AttrMask, CongestionConfig, DcqcnParams, MigState, MwBind,
+    MwType, PathMtu, PostError, Psn, QpAttr, QpState, QpType, RecvWr, RegMr, SendData, SendOp,
+    SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion, WorkQueue,
 };

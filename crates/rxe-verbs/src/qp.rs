@@ -199,7 +199,14 @@ impl Qp {
     pub fn modify_mask(&self, attr: &QpAttr, mask: AttrMask) -> Result<()> {
         self.check_live()?;
         let mut e = self.pd.dev.lock();
-        if let Some(av) = attr.av.filter(|_| mask.has(rxe_core::transport::Attr::Av)) {
+        // Both paths must leave from an address the port has (kernel rxe
+        // checks the primary's sgid_index the same way).
+        let primary = attr.av.filter(|_| mask.has(rxe_core::transport::Attr::Av));
+        let alt = attr
+            .alt_path
+            .filter(|_| mask.has(rxe_core::transport::Attr::AltPath))
+            .map(|p| p.av);
+        for av in primary.iter().chain(alt.iter()) {
             if e.gid(av.sgid_index).is_none() {
                 return Err(VerbsError::NoSuchGid(av.sgid_index));
             }
