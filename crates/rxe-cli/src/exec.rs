@@ -27,9 +27,10 @@ use anyhow::{bail, Context, Result};
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// A device on this local address (repeatable: rxe0, rxe1, ... in the
-    /// order given, with -d).
-    #[arg(long = "ip", value_name = "ADDR")]
-    ips: Vec<IpAddr>,
+    /// order given, with -d); ADDR+ADDR is one device on both addresses
+    /// (GID indexes 0 and 1: an alternate path for path migration).
+    #[arg(long = "ip", value_name = "ADDR", value_parser = parse_addresses)]
+    ips: Vec<String>,
     /// A device on this network interface, with all its addresses
     /// (repeatable).
     #[arg(short = 'd', long = "ib-dev", value_name = "IFACE")]
@@ -62,6 +63,19 @@ const LIBS: [(&str, &str); 4] = [
     ("libmlx5.so", "libmlx5.so.1"),
     ("libefa.so", "libefa.so.1"),
 ];
+
+/// One `--ip` value: an address, or addresses joined by `+`.
+fn parse_addresses(s: &str) -> Result<String, String> {
+    let ips: Result<Vec<IpAddr>, _> = s.split('+').map(str::parse).collect();
+    match ips {
+        Ok(v) => Ok(v
+            .iter()
+            .map(IpAddr::to_string)
+            .collect::<Vec<_>>()
+            .join("+")),
+        Err(e) => Err(format!("{s:?}: {e} (want ADDR or ADDR+ADDR)")),
+    }
+}
 
 /// `--ip` and `-d` values in command-line order: clap keeps each list in
 /// order, the raw arguments say how the two interleave.
@@ -250,7 +264,7 @@ mod tests {
     #[test]
     fn places_keep_their_command_line_order() {
         let a = Args {
-            ips: vec!["127.0.0.2".parse().unwrap(), "127.0.0.3".parse().unwrap()],
+            ips: vec!["127.0.0.2".into(), "127.0.0.3".into()],
             ifaces: vec!["eth0".into()],
             pcap: None,
             print_env: false,

@@ -58,6 +58,11 @@ pub struct Capture {
 pub fn describe(t: &Target) -> String {
     match t {
         Target::Address(ip) => ip.to_string(),
+        Target::Addresses(v) => v
+            .iter()
+            .map(IpAddr::to_string)
+            .collect::<Vec<_>>()
+            .join(" and "),
         Target::Interface(i) => format!("interface {i}"),
     }
 }
@@ -102,6 +107,7 @@ pub fn add_device(
 ) -> Result<Device> {
     let mut config = match target {
         Target::Address(ip) => DeviceConfig::on_address(*ip),
+        Target::Addresses(v) => DeviceConfig::on_addresses(v.clone()),
         Target::Interface(i) => DeviceConfig::on_interface(i),
     };
     config.capture = capture.map(Path::to_path_buf);

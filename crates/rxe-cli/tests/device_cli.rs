@@ -78,12 +78,13 @@ fn demo_runs_every_operation() {
         "9. FLUSH",
         "10. MEMORY WINDOW",
         "11. ECN AND CNP",
+        "12. PATH MIGRATION",
     ] {
         assert!(t.contains(op), "{op:?} not in\n{t}");
     }
     assert_eq!(
         f.stdout.iter().filter(|l| l.starts_with("   OK: ")).count(),
-        11,
+        12,
         "{t}"
     );
     let summary = f
@@ -92,7 +93,7 @@ fn demo_runs_every_operation() {
         .find(|l| l.starts_with("Summary: "))
         .unwrap();
     assert!(
-        summary.contains("(0 bad); 11 of 11 operations OK"),
+        summary.contains("(0 bad); 12 of 12 operations OK"),
         "{summary}"
     );
     // Packets as `rxe dissect` prints them, numbered from 1.
@@ -105,6 +106,33 @@ fn demo_runs_every_operation() {
     let step11 = &t[t.find("11. ECN AND CNP").unwrap()..];
     assert!(step11.contains(" CNP CNP qp="), "{step11}");
     assert!(step11.contains("DCQCN rate reduction"), "{step11}");
+    // Path migration: the first WRITE on the devices' first addresses
+    // (MigReq 0: both QPs in REARM, then ARMED), the second and its ACK on
+    // their second ones (127.1.107.x by default), MigReq set.
+    let step12 = &t[t.find("12. PATH MIGRATION").unwrap()..];
+    let lines: Vec<&str> = step12.lines().filter(|l| l.contains("icrc=ok")).collect();
+    assert_eq!(lines.len(), 4, "{step12}");
+    assert!(
+        lines[0].contains("127.0.107.1 > 127.0.107.2 RC RDMA WRITE Only"),
+        "{step12}"
+    );
+    assert!(
+        !lines[0].contains("migreq") && !lines[1].contains("migreq"),
+        "{step12}"
+    );
+    assert!(
+        lines[2].contains("127.1.107.1 > 127.1.107.2 RC RDMA WRITE Only"),
+        "{step12}"
+    );
+    assert!(
+        lines[2].contains("migreq") && lines[3].contains("migreq"),
+        "{step12}"
+    );
+    assert!(
+        lines[3].contains("127.1.107.2 > 127.1.107.1 RC Acknowledge"),
+        "{step12}"
+    );
+    assert!(step12.contains("IBV_EVENT_PATH_MIG"), "{step12}");
 }
 
 /// `--pcap-dir`: each step's capture is kept as pcapng, with its ladder
@@ -126,7 +154,7 @@ fn demo_keeps_pcapng_captures_and_their_ladders() {
         T,
     );
     assert!(f.ok(), "{f:#?}");
-    for n in 1..=11 {
+    for n in 1..=12 {
         let cap = dir.join(format!("step{n}.pcapng"));
         let bytes = std::fs::read(&cap).unwrap();
         assert_eq!(
@@ -154,7 +182,7 @@ fn demo_keeps_pcapng_captures_and_their_ladders() {
             .iter()
             .filter(|l| l.starts_with("   ladder: "))
             .count(),
-        11,
+        12,
         "{}",
         f.text()
     );

@@ -539,6 +539,12 @@ fn bad_rsocket_calls_fail_with_socket_errnos() {
 }
 
 #[test]
+fn path_migration_from_c() {
+    // One device on two addresses (GID 0 and 1): the alternate path.
+    c_program_prints_ok("path_migration", "127.0.110.30+127.1.110.30");
+}
+
+#[test]
 fn bad_input_from_c_fails_as_rdma_core_does() {
     let _serial = serial();
     c_program_prints_ok("bad_input", "127.0.110.20");

@@ -220,8 +220,9 @@ fn device_attr_c(a: &DeviceAttr) -> ibv_device_attr {
 }
 
 /// Kernel rxe's port capabilities (CM supported) plus the IP-based GIDs
-/// bit the RDMA core sets for RoCE ports.
-const PORT_CAP_FLAGS: u32 = (1 << 16) | (1 << 26);
+/// bit the RDMA core sets for RoCE ports, and automatic path migration
+/// (`IBV_PORT_AUTO_MIGR_SUP`), which kernel rxe does not have.
+const PORT_CAP_FLAGS: u32 = (1 << 16) | (1 << 26) | (1 << 5);
 
 fn port_attr_c(p: &PortAttr) -> ibv_port_attr {
     let active = p.state == PortState::Active;

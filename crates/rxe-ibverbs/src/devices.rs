@@ -66,7 +66,8 @@ pub struct DeviceSpec {
 }
 
 /// Parses `RXE_IBV_DEVICES`: comma-separated `name=target` (or a bare
-/// target, named rxeN by position). Bad entries are reported and skipped.
+/// target, named rxeN by position); a target is an address, addresses
+/// joined by `+` (one device on all of them) or an interface. Bad entries are reported and skipped.
 pub fn parse_devices(s: &str) -> (Vec<DeviceSpec>, Vec<String>) {
     let mut out: Vec<DeviceSpec> = Vec::new();
     let mut errors = Vec::new();
@@ -90,9 +91,20 @@ pub fn parse_devices(s: &str) -> (Vec<DeviceSpec>, Vec<String>) {
             errors.push(format!("device name {name} given twice"));
             continue;
         }
-        let target = match target.parse::<IpAddr>() {
-            Ok(ip) => Target::Address(ip),
-            Err(_) => Target::Interface(target.to_string()),
+        // ADDR+ADDR...: one device on several addresses (GID indexes in
+        // this order), for an alternate path.
+        let several: Option<Vec<IpAddr>> = target
+            .contains('+')
+            .then(|| target.split('+').map(|a| a.trim().parse().ok()).collect())
+            .flatten();
+        let target = match (target.parse::<IpAddr>(), several) {
+            (Ok(ip), _) => Target::Address(ip),
+            (_, Some(ips)) => Target::Addresses(ips),
+            _ if target.contains('+') => {
+                errors.push(format!("bad address list {target:?} (want ADDR+ADDR)"));
+                continue;
+            }
+            _ => Target::Interface(target.to_string()),
         };
         out.push(DeviceSpec { name, target });
     }
@@ -309,6 +321,18 @@ mod tests {
         );
         assert_eq!(e.len(), 2, "{e:?}");
         assert!(parse_devices("").0.is_empty());
+        let (d, e) = parse_devices("a=127.0.0.2+127.1.0.2,b=127.0.0.3+x");
+        assert_eq!(
+            d,
+            [DeviceSpec {
+                name: "a".into(),
+                target: Target::Addresses(vec![
+                    "127.0.0.2".parse().unwrap(),
+                    "127.1.0.2".parse().unwrap()
+                ])
+            }]
+        );
+        assert_eq!(e.len(), 1, "{e:?}");
     }
 
     #[test]

@@ -20,6 +20,8 @@ pub mod device_cap {
     // The bit numbers of verbs.h's enum ibv_device_cap_flags.
     pub const BAD_PKEY_CNTR: u32 = 1 << 1;
     pub const BAD_QKEY_CNTR: u32 = 1 << 2;
+    /// Automatic path migration (rxe-core's `qp::migration`).
+    pub const AUTO_PATH_MIG: u32 = 1 << 4;
     pub const SHUTDOWN_PORT: u32 = 1 << 8;
     pub const SYS_IMAGE_GUID: u32 = 1 << 11;
     pub const RC_RNR_NAK_GEN: u32 = 1 << 12;
@@ -31,9 +33,10 @@ pub mod device_cap {
     pub const MEM_WINDOW_TYPE_2B: u32 = 1 << 24;
 
     /// Name of each flag, for `rxe info -v`.
-    pub const NAMES: [(u32, &str); 11] = [
+    pub const NAMES: [(u32, &str); 12] = [
         (BAD_PKEY_CNTR, "BAD_PKEY_CNTR"),
         (BAD_QKEY_CNTR, "BAD_QKEY_CNTR"),
+        (AUTO_PATH_MIG, "AUTO_PATH_MIG"),
         (SHUTDOWN_PORT, "SHUTDOWN_PORT"),
         (SYS_IMAGE_GUID, "SYS_IMAGE_GUID"),
         (RC_RNR_NAK_GEN, "RC_RNR_NAK_GEN"),
@@ -112,6 +115,7 @@ impl DeviceAttr {
             max_qp_wr: 0x4000,
             device_cap_flags: device_cap::BAD_PKEY_CNTR
                 | device_cap::BAD_QKEY_CNTR
+                | device_cap::AUTO_PATH_MIG
                 | device_cap::SHUTDOWN_PORT
                 | device_cap::SYS_IMAGE_GUID
                 | device_cap::RC_RNR_NAK_GEN

@@ -103,7 +103,7 @@ impl Demo<'_> {
 
 impl Side {
     /// An RDMA WRITE of `data` (already at offset 0 of the MR) on `qp`.
-    fn rc_post(&self, qp: &Qp, data: &[u8], remote_addr: u64, rkey: u32) -> Result<()> {
+    pub(super) fn rc_post(&self, qp: &Qp, data: &[u8], remote_addr: u64, rkey: u32) -> Result<()> {
         qp.post_send(send_wr(
             11,
             SendOp::RdmaWrite { remote_addr, rkey },

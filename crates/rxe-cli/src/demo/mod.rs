@@ -33,6 +33,7 @@ use crate::place;
 mod basic;
 mod congestion;
 mod memory;
+mod migration;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -42,6 +43,14 @@ pub struct Args {
     /// Address of device B, the responder.
     #[arg(long = "ip-b", value_name = "ADDR", default_value = "127.0.0.2")]
     ip_b: IpAddr,
+    /// A second address of device A, for the path migration step's
+    /// alternate path [default: on loopback, --ip-a with its second byte
+    /// one higher: 127.1.0.1].
+    #[arg(long = "alt-ip-a", value_name = "ADDR")]
+    alt_ip_a: Option<IpAddr>,
+    /// A second address of device B [default: as --alt-ip-a, from --ip-b].
+    #[arg(long = "alt-ip-b", value_name = "ADDR")]
+    alt_ip_b: Option<IpAddr>,
     /// Keep the per-step captures (step1.pcapng, ...) in this directory
     /// instead of a temporary one, each with its ladder diagram
     /// (step1.html, ...).
@@ -59,8 +68,9 @@ const WRITE_AT: usize = 1024;
 const READ_AT: usize = 8192;
 const ATOMIC_AT: usize = 12288;
 const UD_AT: usize = 12800;
-// 14336..16384: the ECN step's WRITE target (congestion.rs).
-const MR_LEN: usize = 16384;
+// 14336..16384: the ECN step's WRITE target (congestion.rs); 16384..17408
+// the path migration step's (migration.rs).
+const MR_LEN: usize = 17408;
 
 struct Side {
     dev: Device,
@@ -71,6 +81,8 @@ struct Side {
     ud: Qp,
     ip: IpAddr,
     gid_idx: u8,
+    /// The device's second address, for the path migration step.
+    alt_ip: Option<IpAddr>,
 }
 
 /// Packets and bytes seen so far.
@@ -94,13 +106,14 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         ),
     };
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let (alt_a, alt_b) = alternates(args);
     let a = place::add_device(
-        &rxe_verbs::Target::Address(args.ip_a),
+        &target(args.ip_a, alt_a),
         None,
         rxe_verbs::DeviceConfig::default_congestion(),
     )?;
     let b = match place::add_device(
-        &rxe_verbs::Target::Address(args.ip_b),
+        &target(args.ip_b, alt_b),
         None,
         rxe_verbs::DeviceConfig::default_congestion(),
     ) {
@@ -119,6 +132,29 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     result
 }
 
+/// The two second addresses, given or derived, when both exist and
+/// differ from the first ones.
+fn alternates(args: &Args) -> (Option<IpAddr>, Option<IpAddr>) {
+    let a = args.alt_ip_a.or_else(|| migration::alternate_of(args.ip_a));
+    let b = args.alt_ip_b.or_else(|| migration::alternate_of(args.ip_b));
+    match (a, b) {
+        (Some(x), Some(y))
+            if x != y && ![args.ip_a, args.ip_b].iter().any(|i| *i == x || *i == y) =>
+        {
+            (Some(x), Some(y))
+        }
+        _ => (None, None),
+    }
+}
+
+/// A device on its address, and on its second one when it has one.
+fn target(ip: IpAddr, alt: Option<IpAddr>) -> rxe_verbs::Target {
+    match alt {
+        Some(alt) => rxe_verbs::Target::Addresses(vec![ip, alt]),
+        None => rxe_verbs::Target::Address(ip),
+    }
+}
+
 struct Demo<'a> {
     a: Side,
     b: Side,
@@ -130,7 +166,7 @@ struct Demo<'a> {
     out: io::StdoutLock<'static>,
 }
 
-fn setup(dev: &Device, ip: IpAddr) -> Result<Side> {
+fn setup(dev: &Device, ip: IpAddr, alt_ip: Option<IpAddr>) -> Result<Side> {
     let pd = dev.alloc_pd()?;
     let cq = dev.create_cq(64)?;
     let mr = pd.reg_mr_zeroed(
@@ -166,6 +202,7 @@ fn setup(dev: &Device, ip: IpAddr) -> Result<Side> {
         ud,
         ip,
         gid_idx,
+        alt_ip,
     })
 }
 
@@ -268,8 +305,9 @@ fn send_wr(wr_id: u64, op: SendOp, data: SendData) -> SendWr {
 
 impl Demo<'_> {
     fn run(a: &Device, b: &Device, args: &Args, dir: &Path) -> Result<ExitCode> {
-        let a = setup(a, args.ip_a)?;
-        let b = setup(b, args.ip_b)?;
+        let (alt_a, alt_b) = alternates(args);
+        let a = setup(a, args.ip_a, alt_a)?;
+        let b = setup(b, args.ip_b, alt_b)?;
         connect_rc(&a, &b, 0x00a0a0, 0x00b0b0)?;
         connect_rc(&b, &a, 0x00b0b0, 0x00a0a0)?;
         connect_ud(&a)?;
@@ -297,6 +335,16 @@ impl Demo<'_> {
         demo.step(10, "MEMORY WINDOW", Demo::memory_window)?;
         // On a QP pair of its own.
         demo.step(11, "ECN AND CNP", Demo::congestion)?;
+        // On a QP pair of its own, over both devices' second addresses.
+        if demo.a.alt_ip.is_some() {
+            demo.step(12, "PATH MIGRATION", Demo::path_migration)?;
+        } else {
+            writeln!(
+                demo.out,
+                "\n12. PATH MIGRATION: not run, the devices have no second address \
+                 (give --alt-ip-a and --alt-ip-b)"
+            )?;
+        }
         demo.summary()
     }
 

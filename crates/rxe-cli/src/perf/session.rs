@@ -68,6 +68,7 @@ pub(super) fn session(dev: &Device, target: &Target, cfg: &Config) -> Result<()>
         None => {
             let ip = match target {
                 Target::Address(ip) => Some(*ip),
+                Target::Addresses(v) => v.first().copied(),
                 Target::Interface(_) => None,
             };
             let listener = bind_listener(ip, cfg.port)?;

@@ -168,7 +168,13 @@ impl<T: AsRef<[u8]>> Describe for Bth<T> {
             "transport and operation of this packet",
         ),
         FieldSpec::new("SE", "se", 8, 1, "Solicited Event: wake a waiting receiver"),
-        FieldSpec::new("M", "m", 9, 1, "MigReq: path migration state"),
+        FieldSpec::new(
+            "M",
+            "m",
+            9,
+            1,
+            "MigReq: 1 while the sender is MIGRATED; on an armed alternate path, migrate",
+        ),
         FieldSpec::new(
             "PadCnt",
             "pad_count",

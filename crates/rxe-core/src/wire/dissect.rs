@@ -259,6 +259,12 @@ fn summarize_packet(s: &mut String, p: &TransportPacket<'_>) {
     if b.solicited {
         s.push_str(" se");
     }
+    // MigReq (IBTA 9.2, 17.2.8): the sender's QP is MIGRATED, no
+    // alternate path armed; a MigReq packet on an armed QP's alternate
+    // path moves it there.
+    if b.mig_req {
+        s.push_str(" migreq");
+    }
     if b.fecn || b.becn {
         let _ = write!(
             s,
@@ -402,14 +408,14 @@ mod tests {
         assert_eq!(
             d.summary(),
             "10.0.0.1 > 10.0.0.2 RC Acknowledge qp=0x1234 psn=43981 ackreq \
-             ACK credits=6 msn=258 icrc=ok"
+             migreq ACK credits=6 msn=258 icrc=ok"
         );
         let b = build(Encap::IbLocal, &t, &p);
         let d = dissect(b.link, &b.bytes).unwrap().unwrap();
         assert_eq!(
             d.summary(),
             "LID 1 > LID 2 [InfiniBand] RC Acknowledge qp=0x1234 psn=43981 ackreq \
-             ACK credits=6 msn=258 icrc=ok vcrc=ok"
+             migreq ACK credits=6 msn=258 icrc=ok vcrc=ok"
         );
         let ud = Opcode::UD_SEND_ONLY_WITH_IMMEDIATE.info().unwrap();
         let (mut t, p) = sample_packet(ud, 3);
@@ -420,7 +426,7 @@ mod tests {
         assert_eq!(
             d.summary(),
             "fd00::1 > fd00::2 [RoCEv2/IPv6] UD SEND Only with Immediate qp=0x1234 psn=43981 \
-             ackreq ecn=F pkey=0x8001 qkey=0x11112222 src_qp=0xa0b imm=0x12345678 len=3 icrc=ok"
+             ackreq migreq ecn=F pkey=0x8001 qkey=0x11112222 src_qp=0xa0b imm=0x12345678 len=3 icrc=ok"
         );
         // Every syndrome kind has words.
         for (syn, words) in [

@@ -12,6 +12,21 @@ pub enum Target {
     /// This one local address (`--ip ADDR`): on loopback, 127.0.0.1,
     /// 127.0.0.2, ... make separate devices.
     Address(IpAddr),
+    /// These local addresses, at GID indexes 0, 1, ... in this order: a
+    /// device with more than one path (an alternate path for migration)
+    /// without an interface of its own.
+    Addresses(Vec<IpAddr>),
+}
+
+impl Target {
+    /// The address an error about a target that is not there names.
+    pub(crate) fn first_address(&self) -> Option<IpAddr> {
+        match self {
+            Target::Address(ip) => Some(*ip),
+            Target::Addresses(v) => v.first().copied(),
+            Target::Interface(_) => None,
+        }
+    }
 }
 
 /// How to add a device.
@@ -52,13 +67,11 @@ impl DeviceConfig {
     pub fn probe(&self) -> Result<Probe> {
         let d = match discover(&self.target) {
             Some(d) => d,
-            None => match &self.target {
-                Target::Interface(n) => return Err(VerbsError::NoSuchInterface(n.clone())),
-                Target::Address(ip) => return Err(VerbsError::AddressNotLocal(*ip)),
-            },
+            None => return Err(missing(&self.target)),
         };
         let bind: Vec<IpAddr> = match &self.target {
             Target::Address(ip) => vec![*ip],
+            Target::Addresses(v) => v.clone(),
             Target::Interface(_) => d.addrs.clone(),
         };
         let attr = DeviceAttr::rxe(node_guid(d.mac, bind.first().copied()));
@@ -74,6 +87,14 @@ impl DeviceConfig {
             gids: bind.into_iter().map(gid_of).collect(),
             ifindex: d.ifindex,
         })
+    }
+
+    /// A device on several local addresses ([`Target::Addresses`]).
+    pub fn on_addresses(ips: Vec<IpAddr>) -> DeviceConfig {
+        DeviceConfig {
+            target: Target::Addresses(ips),
+            ..DeviceConfig::on_address(IpAddr::from([0, 0, 0, 0]))
+        }
     }
 
     pub fn on_address(ip: IpAddr) -> DeviceConfig {
@@ -111,5 +132,14 @@ impl DeviceConfig {
             gso: DeviceConfig::default_gso(),
             congestion: DeviceConfig::default_congestion(),
         }
+    }
+}
+
+/// The error for a target the host does not have.
+pub(super) fn missing(target: &Target) -> VerbsError {
+    match (target, target.first_address()) {
+        (Target::Interface(n), _) => VerbsError::NoSuchInterface(n.clone()),
+        (_, Some(ip)) => VerbsError::AddressNotLocal(ip),
+        (_, None) => VerbsError::NoAddress(String::from("an empty address list")),
     }
 }

@@ -39,6 +39,33 @@ pub(super) fn discover(target: &Target) -> Option<Discovered> {
                 ifindex: 0,
             }),
         },
+        // Each address as a `Target::Address` says; the first one found
+        // names the netdev (its MTU is the port's).
+        Target::Addresses(ips) => {
+            let each: Vec<Discovered> = ips
+                .iter()
+                .filter_map(|ip| discover(&Target::Address(*ip)))
+                .collect();
+            let mut d = each
+                .iter()
+                .find(|d| !d.netdev.is_empty())
+                .map(|d| Discovered {
+                    addrs: vec![],
+                    netdev: d.netdev.clone(),
+                    mtu: d.mtu,
+                    mac: d.mac,
+                    ifindex: d.ifindex,
+                })
+                .unwrap_or(Discovered {
+                    addrs: vec![],
+                    netdev: String::new(),
+                    mtu: 0,
+                    mac: None,
+                    ifindex: 0,
+                });
+            d.addrs = each.into_iter().flat_map(|e| e.addrs).collect();
+            Some(d)
+        }
         Target::Interface(name) => {
             let i = rxe_net::netif::list_interfaces()
                 .ok()?

@@ -111,10 +111,7 @@ impl Device {
             ..
         } = match discover(&config.target) {
             Some(d) => d,
-            None => match &config.target {
-                Target::Interface(n) => return Err(VerbsError::NoSuchInterface(n.clone())),
-                Target::Address(ip) => return Err(VerbsError::AddressNotLocal(*ip)),
-            },
+            None => return Err(config::missing(&config.target)),
         };
         if let Target::Address(ip) = config.target {
             if addrs.is_empty() && netdev.is_empty() {
@@ -132,6 +129,8 @@ impl Device {
         net.set_congestion(&config.congestion);
         let bind: Vec<IpAddr> = match &config.target {
             Target::Address(ip) => vec![*ip],
+            Target::Addresses(v) if v.is_empty() => return Err(config::missing(&config.target)),
+            Target::Addresses(v) => v.clone(),
             Target::Interface(n) => {
                 if addrs.is_empty() {
                     return Err(VerbsError::NoAddress(n.clone()));
