@@ -201,6 +201,7 @@ fn device_for(spec: &DeviceSpec, index: u32, count: usize) -> &'static RxeDevice
             capture: capture_for(&spec.name, count),
             gso: DeviceConfig::default_gso(),
             congestion: DeviceConfig::default_congestion(),
+            source_ports: DeviceConfig::default_source_ports(),
         },
         probe: Mutex::new(None),
     }));

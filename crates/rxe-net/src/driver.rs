@@ -310,8 +310,19 @@ impl Registered {
         }
         if let Some(interest) = want {
             self.sockets = port.sockets();
+            let receiving = self.sockets.len();
+            // The send-only source-port sockets matter only for a send
+            // that waits for room.
+            if writable {
+                self.sockets.extend(port.source_sockets());
+            }
             for (i, s) in self.sockets.iter().enumerate() {
                 let fd = s.as_raw_fd();
+                let interest = if i < receiving {
+                    interest
+                } else {
+                    Interest::WRITABLE
+                };
                 if let Err(e) = reg.register(&mut SourceFd(&fd), Token(i), interest) {
                     tracing::error!(error = %e, local = %s.local_addr(), "cannot poll socket");
                 }

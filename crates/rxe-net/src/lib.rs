@@ -25,6 +25,6 @@ pub use clock::Clock;
 pub use counters::{NetCounter, NetCounters};
 pub use driver::{Driver, DriverWaker};
 pub use engine::{EndpointEngine, Engine};
-pub use port::NetPort;
+pub use port::{NetPort, DEFAULT_SOURCE_PORTS, SOURCE_PORT_BASE};
 pub use socket::{Offload, RoceSocket, RxBatch, RxMeta, TxBatch};
 pub use tap::PcapTap;

@@ -449,3 +449,66 @@ fn preferred_busy_polling_leaves_arrivals_to_the_poller_until_it_stops() {
     );
     driver.stop();
 }
+
+/// With source ports each QP's packets leave from one of the address's
+/// send-only sockets (ports from 0xC000), the same one for every packet of
+/// the QP, each sealed for the port it leaves from; the sockets go with
+/// their address.
+#[test]
+fn each_qp_leaves_from_its_own_source_port() {
+    let (ia, ib) = (v4(4, 20), v4(4, 21));
+    let pa = NetPort::new(Clock::new()).with_source_ports(4);
+    pa.add_address(ia).unwrap();
+    let ports: Vec<u16> = pa.source_ports().iter().map(|a| a.port()).collect();
+    assert_eq!(ports.len(), 4, "{ports:?}");
+    assert!(pa.source_ports().iter().all(|a| a.ip() == ia));
+    assert!(
+        ports.iter().all(|p| *p >= rxe_net::SOURCE_PORT_BASE),
+        "{ports:?}"
+    );
+    assert_eq!(
+        pa.addresses(),
+        vec![ia],
+        "the source ports are no addresses"
+    );
+    let rx = UdpSocket::bind(SocketAddr::new(ib, 4791)).unwrap();
+    rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut e = Script {
+        gids: vec![gid_of(ia)],
+        ..Default::default()
+    };
+    let qpns: Vec<u32> = (0x11..0x21).collect();
+    for round in 0..2u8 {
+        for (k, &q) in qpns.iter().enumerate() {
+            let mut t = transmit(24, 0, gid_of(ib));
+            t.src_qpn = q;
+            // The body says which QP sent it.
+            e.to_send.push_back((body(24, k as u8 + 16 * round), t));
+        }
+    }
+    assert_eq!(pa.flush(&mut e), 2 * qpns.len());
+    let mut port_of = std::collections::HashMap::new();
+    let mut buf = [0u8; 64];
+    for i in 0..2 * qpns.len() {
+        let (n, from) = rx.recv_from(&mut buf).expect("a datagram");
+        assert_eq!(from.ip(), ia);
+        assert!(ports.contains(&from.port()), "{from} is not a source port");
+        // The ICRC was computed over this source port.
+        let mut resealed = buf[..n].to_vec();
+        resealed[n - 4..].fill(0);
+        let h = WireHeaders::outgoing(from, rx.local_addr().unwrap(), n, 64, 0).unwrap();
+        seal(&h, &mut resealed).unwrap();
+        assert_eq!(resealed, buf[..n], "packet {i}: ICRC not sealed for {from}");
+        let q = qpns[usize::from(buf[0]) % qpns.len()];
+        let first = *port_of.entry(q).or_insert(from.port());
+        assert_eq!(first, from.port(), "QP {q:#x} changed its source port");
+    }
+    let distinct: std::collections::HashSet<_> = port_of.values().collect();
+    assert!(
+        distinct.len() >= 3,
+        "16 QPs on {} of 4 ports",
+        distinct.len()
+    );
+    assert!(pa.remove_address(ia));
+    assert!(pa.source_ports().is_empty());
+}

@@ -1,5 +1,6 @@
 //! `NetPort`: the sockets of one port (one per local address, and one per
-//! multicast group it receives) and the two moves of the data path:
+//! multicast group it receives; with source ports, a few send-only sockets
+//! per address) and the two moves of the data path:
 //! `flush` (engine -> wire, `send.rs`) and `receive` (wire -> engine,
 //! `receive.rs`), each batched, each with preallocated buffers.
 //!
@@ -9,6 +10,18 @@
 //! sealed when its run is known, for the IPv4 Identification the kernel
 //! will give it there, so each packet is sealed once (again only when a
 //! refused or partial send changes its place in a run).
+//!
+//! **UDP source ports** ([`NetPort::with_source_ports`]). Kernel rxe sends
+//! each QP's packets from UDP source port 0xC000 + a hash of the QPN, so
+//! that switches spreading flows by their 5-tuple (ECMP, LAG hashing) give
+//! different QPs different paths; the destination port is always 4791
+//! (RoCEv2 Annex A17.3; receivers accept any source port). A UDP socket
+//! has one port, so each address gets `n` more sockets bound to ports
+//! from 0xC000 up (a port in use is skipped), used for sending only: a
+//! QP's packets leave from socket `hash(QPN) % n`. The ICRC covers the UDP
+//! header, so a packet is sealed for the port of the socket it leaves
+//! from. With `n` = 0, or if no port could be bound, everything leaves
+//! from port 4791 as before.
 //!
 //! The caller holds the engine's lock around `flush` and `receive`: the
 //! application thread calls `flush` right after a post (lowest latency),
@@ -39,6 +52,11 @@ mod send;
 /// Room for the largest packet: 4096 bytes of payload, BTH and extended
 /// headers (at most 40), pad and ICRC, with margin.
 pub const SLOT_LEN: usize = 4096 + 256;
+/// The first UDP source port of the send-only sockets, as kernel rxe's
+/// `RXE_ROCE_V2_SPORT` (its ports are 0xC000 + a 14-bit hash of the QPN).
+pub const SOURCE_PORT_BASE: u16 = 0xc000;
+/// How many source-port sockets a device opens per address by default.
+pub const DEFAULT_SOURCE_PORTS: u16 = 8;
 /// Batches read from one socket per `receive` call, at most, so that
 /// sending and timers get their turn under load.
 pub const MAX_RECV_BATCHES: usize = 8;
@@ -74,6 +92,9 @@ pub struct NetPort {
     /// A GSO refusal was logged (once per port).
     gso_refusal_logged: AtomicBool,
     sockets: RwLock<Vec<Arc<RoceSocket>>>,
+    /// Send-only sockets per address on UDP source ports (module docs).
+    source_ports: u16,
+    src_sockets: RwLock<Vec<Arc<RoceSocket>>>,
     generation: AtomicU64,
     tx: Mutex<TxState>,
     rx: Mutex<RxBatch>,
@@ -106,6 +127,8 @@ impl NetPort {
             offload: Offload::NONE,
             gso_refusal_logged: AtomicBool::new(false),
             sockets: RwLock::new(Vec::new()),
+            source_ports: 0,
+            src_sockets: RwLock::new(Vec::new()),
             generation: AtomicU64::new(0),
             tx: Mutex::new(TxState {
                 batch: TxBatch::new(MAX_BATCH, SLOT_LEN),
@@ -132,6 +155,14 @@ impl NetPort {
         self.offload = offload;
         let slot_len = if offload.gro { GRO_SLOT_LEN } else { SLOT_LEN };
         self.rx = Mutex::new(RxBatch::new(MAX_BATCH, slot_len));
+        self
+    }
+
+    /// Each address added from now on also gets `n` send-only sockets on
+    /// UDP source ports from [`SOURCE_PORT_BASE`] up (module docs); 0: all
+    /// packets leave from the RoCEv2 port.
+    pub fn with_source_ports(mut self, n: u16) -> NetPort {
+        self.source_ports = n;
         self
     }
 
@@ -189,19 +220,50 @@ impl NetPort {
                 "port address added"
             );
             socks.push(Arc::new(s));
+            let mut src = self.bind_source_ports(ip);
+            self.src_sockets
+                .write()
+                .unwrap_or_else(PoisonError::into_inner)
+                .append(&mut src);
             self.generation.fetch_add(1, Ordering::AcqRel);
         }
         self.wake_driver();
         Ok(())
     }
 
-    /// Closes the socket on `ip`; whether there was one. Packets queued
+    /// Up to `source_ports` send sockets on `ip`, on the first free ports
+    /// from [`SOURCE_PORT_BASE`] (at most four tries per socket wanted).
+    fn bind_source_ports(&self, ip: IpAddr) -> Vec<Arc<RoceSocket>> {
+        let want = usize::from(self.source_ports);
+        let mut out = Vec::with_capacity(want);
+        let ports = (SOURCE_PORT_BASE..=u16::MAX).take(want * 4);
+        for port in ports {
+            if out.len() == want {
+                break;
+            }
+            match RoceSocket::bind_with(ip, port, self.offload) {
+                Ok(s) => out.push(Arc::new(s)),
+                Err(e) => tracing::debug!(%ip, port, error = %e, "source port not bound"),
+            }
+        }
+        if out.len() < want {
+            tracing::info!(%ip, bound = out.len(), want, "fewer UDP source ports than asked");
+        }
+        out
+    }
+
+    /// Closes the socket on `ip` (and its source-port sockets); whether
+    /// there was one. Packets queued
     /// from it are dropped (counted as `sent_no_socket`).
     pub fn remove_address(&self, ip: IpAddr) -> bool {
         let removed = {
             let mut socks = self.sockets.write().unwrap_or_else(PoisonError::into_inner);
             let before = socks.len();
             socks.retain(|s| s.local_addr().ip() != ip);
+            self.src_sockets
+                .write()
+                .unwrap_or_else(PoisonError::into_inner)
+                .retain(|s| s.local_addr().ip() != ip);
             before != socks.len()
         };
         if removed {
@@ -278,6 +340,24 @@ impl NetPort {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// The send-only sockets on UDP source ports (the driver waits for
+    /// them to become writable when a send was deferred).
+    pub fn source_sockets(&self) -> Vec<Arc<RoceSocket>> {
+        self.src_sockets
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The UDP source ports the port's packets leave from, by address
+    /// (empty: port 4791 only).
+    pub fn source_ports(&self) -> Vec<SocketAddr> {
+        self.source_sockets()
+            .iter()
+            .map(|s| s.local_addr())
+            .collect()
     }
 
     /// Changes whenever an address is added or removed.

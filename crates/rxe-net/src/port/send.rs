@@ -18,6 +18,14 @@ impl NetPort {
         let sent = {
             let mut tx = lock(&self.tx);
             let sockets = self.sockets.read().unwrap_or_else(PoisonError::into_inner);
+            let src_sockets = self
+                .src_sockets
+                .read()
+                .unwrap_or_else(PoisonError::into_inner);
+            let sockets = Sockets {
+                main: &sockets,
+                by_port: &src_sockets,
+            };
             let now = self.clock.now();
             let mut sent = 0;
             let mut blocked = self.send_queued(&mut tx, &sockets, &mut sent);
@@ -61,7 +69,7 @@ impl NetPort {
     fn stage<E: Engine + ?Sized>(
         &self,
         engine: &E,
-        sockets: &[Arc<RoceSocket>],
+        sockets: &Sockets<'_>,
         t: rxe_core::transport::Transmit,
         slot: &mut [u8],
     ) -> Option<(TxSlot, SocketAddr)> {
@@ -79,7 +87,7 @@ impl NetPort {
             c.inc(NetCounter::SentFamilyMismatch);
             return None;
         }
-        let Some(sock) = sockets.iter().find(|s| s.local_addr().ip() == src_ip) else {
+        let Some(sock) = sockets.for_qp(src_ip, t.src_qpn) else {
             c.inc(NetCounter::SentNoSocket);
             return None;
         };
@@ -133,7 +141,7 @@ impl NetPort {
     /// Sends what is queued: packets with the same socket, TTL and TOS in
     /// one `sendmmsg`, as GSO runs where the socket has GSO. Returns
     /// whether a socket's buffer was full.
-    fn send_queued(&self, tx: &mut TxState, sockets: &[Arc<RoceSocket>], sent: &mut usize) -> bool {
+    fn send_queued(&self, tx: &mut TxState, sockets: &Sockets<'_>, sent: &mut usize) -> bool {
         let c = &self.counters;
         let mut runs: [Range<usize>; MAX_BATCH] = std::array::from_fn(|_| 0..0);
         while !tx.batch.is_empty() {
@@ -143,10 +151,7 @@ impl NetPort {
             while end < r.end && tx.slots[end] == first {
                 end += 1;
             }
-            let Some(sock) = first
-                .src
-                .and_then(|src| sockets.iter().find(|s| s.local_addr() == src))
-            else {
+            let Some(sock) = first.src.and_then(|src| sockets.at(src)) else {
                 // Its address was removed since the packet was queued.
                 let run = end - r.start;
                 c.add(NetCounter::SentNoSocket, run as u64);
@@ -290,6 +295,42 @@ impl NetPort {
             self.tap(&h, p);
         }
     }
+}
+
+/// The sockets a packet can leave from: one per address on port 4791, and
+/// the send-only ones on source ports (`port` module docs).
+struct Sockets<'a> {
+    main: &'a [Arc<RoceSocket>],
+    by_port: &'a [Arc<RoceSocket>],
+}
+
+impl Sockets<'_> {
+    /// The socket QP `qpn`'s packets leave `ip` from: one of the address's
+    /// source-port sockets chosen by a hash of the QPN, else its port-4791
+    /// socket. Every packet of a QP leaves from the same port, so its
+    /// packets stay in order on any path a switch picks for them.
+    fn for_qp(&self, ip: IpAddr, qpn: u32) -> Option<&Arc<RoceSocket>> {
+        let mut own = self.by_port.iter().filter(|s| s.local_addr().ip() == ip);
+        let n = own.clone().count();
+        if n > 0 {
+            return own.nth(qp_hash(qpn) % n);
+        }
+        self.main.iter().find(|s| s.local_addr().ip() == ip)
+    }
+
+    /// The socket bound to `addr`.
+    fn at(&self, addr: SocketAddr) -> Option<&Arc<RoceSocket>> {
+        self.main
+            .iter()
+            .chain(self.by_port)
+            .find(|s| s.local_addr() == addr)
+    }
+}
+
+/// A QPN's 14-bit hash (Fibonacci hashing, as the kernel's `hash_32`), so
+/// that consecutive QPNs spread over the source ports.
+fn qp_hash(qpn: u32) -> usize {
+    (qpn.wrapping_mul(0x61c8_8647) >> 18) as usize
 }
 
 /// Splits the pending packets `range` (one socket, TTL and TOS) into the

@@ -45,6 +45,11 @@ pub struct DeviceConfig {
     /// defaults unless `RXE_ECN=0` is in the environment
     /// ([`DeviceConfig::default_congestion`]); docs/congestion.md.
     pub congestion: CongestionConfig,
+    /// UDP source ports per address (rxe-net's `NetPort::with_source_ports`):
+    /// each QP's packets leave from one of them, chosen by a hash of its
+    /// QPN, as kernel rxe's from 0xC000 + a hash of the QPN; 0 sends
+    /// everything from port 4791. [`DeviceConfig::default_source_ports`].
+    pub source_ports: u16,
 }
 
 /// What a device on a target would report, read from the host without
@@ -104,7 +109,17 @@ impl DeviceConfig {
             capture: None,
             gso: DeviceConfig::default_gso(),
             congestion: DeviceConfig::default_congestion(),
+            source_ports: DeviceConfig::default_source_ports(),
         }
+    }
+
+    /// UDP source ports per address unless told: 8, or `RXE_SOURCE_PORTS`
+    /// from the environment (0 to 64; 0: all from port 4791).
+    pub fn default_source_ports() -> u16 {
+        std::env::var("RXE_SOURCE_PORTS")
+            .ok()
+            .and_then(|v| v.trim().parse::<u16>().ok())
+            .map_or(rxe_net::DEFAULT_SOURCE_PORTS, |n| n.min(64))
     }
 
     /// Whether devices use UDP GSO/GRO unless told: yes, but for
@@ -131,6 +146,7 @@ impl DeviceConfig {
             capture: None,
             gso: DeviceConfig::default_gso(),
             congestion: DeviceConfig::default_congestion(),
+            source_ports: DeviceConfig::default_source_ports(),
         }
     }
 }

@@ -125,7 +125,11 @@ impl Device {
         } else {
             Offload::NONE
         };
-        let net = Arc::new(NetPort::new(clock).with_offload(offload));
+        let net = Arc::new(
+            NetPort::new(clock)
+                .with_offload(offload)
+                .with_source_ports(config.source_ports),
+        );
         net.set_congestion(&config.congestion);
         let bind: Vec<IpAddr> = match &config.target {
             Target::Address(ip) => vec![*ip],
