@@ -55,8 +55,15 @@ impl Layout {
             // remote one does, through a buffer of the target's size.
             (target, 1)
         };
-        let (recv_slot, recv_slots) = if cfg.receives() {
+        // With --check each receive has its own slot, so that a message
+        // is checked where it landed; without, all share one, as
+        // perftest's receives of large messages do: rx_depth slots of a
+        // MiB each would be hundreds of MiB first touched (page faults,
+        // zeroing) on the receiver's CPU, which is no part of moving data.
+        let (recv_slot, recv_slots) = if cfg.receives() && cfg.check {
             (slot, u64::from(cfg.rx_depth))
+        } else if cfg.receives() {
+            (slot, 1)
         } else {
             (0, 0)
         };
@@ -139,10 +146,15 @@ mod tests {
         let l = Layout::new(&c, 4096, 64).unwrap();
         assert_eq!((l.target, l.src_slots, l.src_slot), (65536, 4, 65536));
         assert_eq!(l.local(5, true), 65536 + 65536);
-        let c = cfg(&["send", "-s", "100", "-r", "10", "-n", "50"]).unwrap();
+        let c = cfg(&["send", "-s", "100", "-r", "10", "-n", "50", "--check"]).unwrap();
         let l = Layout::new(&c, 4096, 64).unwrap();
         assert_eq!((l.recv_slots, l.recv_slot), (10, 104));
         assert_eq!(l.total, l.recv_off + 1040);
+        // Without checks the receives share one slot.
+        let c = cfg(&["send", "-s", "100", "-r", "10", "-n", "50"]).unwrap();
+        let l = Layout::new(&c, 4096, 64).unwrap();
+        assert_eq!((l.recv_slots, l.recv_slot), (1, 104));
+        assert_eq!(l.total, l.recv_off + 104);
         let c = cfg(&["write", "-s", "1000000000", "-t", "8"]).unwrap();
         assert!(Layout::new(&c, 4096, 64).is_err());
     }

@@ -56,7 +56,7 @@ impl Perf<'_> {
     }
 
     pub(super) fn post_recv(&self, q: usize, slot: u64) -> Result<()> {
-        let off = self.lay.recv_off + slot * self.lay.recv_slot;
+        let off = self.lay.recv_off + (slot % self.lay.recv_slots.max(1)) * self.lay.recv_slot;
         self.qps[q]
             .post_recv(RecvWr {
                 wr_id: slot,
