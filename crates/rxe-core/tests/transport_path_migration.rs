@@ -421,3 +421,54 @@ fn migration_on_request_moves_both_ends() {
         "no retry was needed"
     );
 }
+
+/// A MigReq packet on the armed alternate path moves the QP only if it
+/// passes the checks a packet of that path must pass: one with another
+/// P_Key is dropped and the QP stays where it is.
+#[test]
+fn a_migreq_packet_with_a_bad_pkey_moves_nothing() {
+    use rxe_core::wire::{BthRepr, ExtReprs, Opcode, TransportRepr};
+    let (mut sim, o, qa, qb) = two_path_pair(19, QpType::Rc, Faults::none());
+    load_alt(&mut sim, 0, qa, 1, MigState::Armed);
+    load_alt(&mut sim, 1, qb, 0, MigState::Armed);
+    let bytes = |pkey: u16| {
+        let bth = BthRepr {
+            opcode: Opcode::RC_SEND_ONLY,
+            solicited: false,
+            mig_req: true,
+            pad_count: 0,
+            pkey,
+            fecn: false,
+            becn: false,
+            dest_qp: qb,
+            ack_req: true,
+            psn: o.psn_a.value(),
+        };
+        let t = TransportRepr::new(bth, ExtReprs::default(), 16);
+        let mut buf = vec![0; t.buffer_len().unwrap()];
+        t.emit(&mut buf, &[7; 16]).unwrap();
+        buf
+    };
+    let mut alt = sim.nodes[1].av_at(1);
+    alt.sgid_index = 1;
+    sim.send_transport(0, &alt, qa, &bytes(0x1234));
+    sim.run_until_idle();
+    let c = sim.nodes[1].ep.counters();
+    assert_eq!(c.get(Counter::DropPkeyMismatch), 1);
+    assert_eq!(c.get(Counter::PathMigratedByPeer), 0);
+    assert_eq!(
+        sim.nodes[1].ep.query_qp(qb).unwrap().mig_state(),
+        MigState::Armed
+    );
+    // The same packet with the QP's P_Key moves it.
+    sim.send_transport(0, &alt, qa, &bytes(0xffff));
+    sim.run_until_idle();
+    assert_eq!(
+        sim.nodes[1].ep.counters().get(Counter::PathMigratedByPeer),
+        1
+    );
+    assert_eq!(
+        sim.nodes[1].ep.query_qp(qb).unwrap().mig_state(),
+        MigState::Migrated
+    );
+}

@@ -541,33 +541,43 @@ impl Endpoint {
         ) {
             return self.counters.inc(Counter::DropQpState);
         }
-        if !c.qp_type().is_datagram() {
-            match path::check(c, &self.gid_table, meta, bth.mig_req) {
-                PathCheck::Primary => {
-                    if !bth.mig_req {
-                        c.config.peer_rearmed();
-                    }
-                }
-                PathCheck::Migration => {
-                    c.migrate();
-                    path::refresh(c, &self.pkey_table, &self.gid_table);
-                    self.counters.inc(Counter::PathMigratedByPeer);
-                }
-                PathCheck::Foreign => return self.counters.inc(Counter::DropWrongAddress),
-            }
+        let via = if c.qp_type().is_datagram() {
+            PathCheck::Primary
+        } else {
+            path::check(c, &self.gid_table, meta, bth.mig_req)
+        };
+        if via == PathCheck::Foreign {
+            return self.counters.inc(Counter::DropWrongAddress);
         }
-        // IBTA 9.6.1.1 / 10.9.3: the BTH P_Key must match the QP's; QP1
-        // accepts any P_Key of the port's table.
+        // IBTA 9.6.1.1 / 10.9.3: the BTH P_Key must match the QP's (on the
+        // alternate path, the alternate path's); QP1 accepts any P_Key of
+        // the port's table.
         let pkey_index = if c.qp_type() == QpType::Gsi {
             self.pkey_table
                 .iter()
                 .position(|k| pkeys_match(*k, bth.pkey))
+        } else if via == PathCheck::Migration {
+            let alt = c.config.armed_path().map_or(0, |p| p.pkey_index);
+            pkeys_match(c.alt_pkey, bth.pkey).then_some(usize::from(alt))
         } else {
             pkeys_match(c.pkey, bth.pkey).then(|| c.config.attrs().pkey_index.unwrap_or(0) as usize)
         };
         let Some(pkey_index) = pkey_index else {
             return self.counters.inc(Counter::DropPkeyMismatch);
         };
+        // A packet that passed the checks of its path: the peer migrated
+        // (follow it), or, with MigReq 0 on the primary, rearmed.
+        match via {
+            PathCheck::Migration => {
+                c.migrate();
+                path::refresh(c, &self.pkey_table, &self.gid_table);
+                self.counters.inc(Counter::PathMigratedByPeer);
+            }
+            PathCheck::Primary if !bth.mig_req && !c.qp_type().is_datagram() => {
+                c.config.peer_rearmed();
+            }
+            _ => {}
+        }
         // The notification point: a marked packet of a connected QP owes
         // its peer a CNP (congestion module).
         if meta.ce

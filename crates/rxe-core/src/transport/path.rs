@@ -15,7 +15,10 @@
 //!   test with no port) checks the source alone; a device always gives one.
 //! - **An ARMED QP also accepts its alternate path, and only with MigReq
 //!   set** (IBTA 17.2.8, `qp::migration`): such a packet is the peer's
-//!   migration, and this QP migrates before handling it. A MigReq packet
+//!   migration, and once it has passed the checks of that path (its
+//!   P_Key against the alternate path's) this QP migrates before handling
+//!   it. A duplicate counts: a requester that migrated resends from its
+//!   oldest unacknowledged PSN, which the responder may already have. A MigReq packet
 //!   on the primary path is an ordinary packet: a peer armed later than
 //!   this QP still sends MigReq until it arms (rdmavt drops those; taking
 //!   them loses nothing and spares a connection whose ends were armed by
