@@ -202,6 +202,7 @@ fn device_for(spec: &DeviceSpec, index: u32, count: usize) -> &'static RxeDevice
             gso: DeviceConfig::default_gso(),
             congestion: DeviceConfig::default_congestion(),
             source_ports: DeviceConfig::default_source_ports(),
+            faults: DeviceConfig::default_faults(),
         },
         probe: Mutex::new(None),
     }));

@@ -78,6 +78,12 @@ net_counters! {
     SentCnps => "sent_cnp_pkts",
     /// Received packets whose IP header said Congestion Experienced.
     RcvdCe => "rcvd_ce_pkts",
+    /// The fault layer (`RXE_FAULTS`) dropped an intact packet.
+    FaultDropped => "fault_dropped",
+    /// The fault layer handed a packet to the engine twice.
+    FaultDuplicated => "fault_duplicated",
+    /// The fault layer held a packet back behind the next one.
+    FaultReordered => "fault_reordered",
 }
 
 /// The counters of one port, updated from any thread without locks.

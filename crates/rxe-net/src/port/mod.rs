@@ -38,13 +38,14 @@ use crate::clock::Clock;
 use crate::counters::{NetCounter, NetCounters};
 use crate::encap::{self, OpenOptions, RecvInfo, WireHeaders, DEFAULT_HOP_LIMIT, MIN_PACKET};
 use crate::engine::Engine;
+use crate::fault::{Fate, FaultState, Faults};
 use crate::gso;
 use crate::netif::ip_of_gid;
 use crate::socket::{
     Offload, RoceSocket, RxBatch, RxMeta, TxBatch, GRO_SLOT_LEN, MAX_BATCH, MAX_IOV, ROCE_V2_PORT,
 };
 use crate::tap::PcapTap;
-use rxe_core::transport::CongestionConfig;
+use rxe_core::transport::{CongestionConfig, RecvMeta};
 
 mod receive;
 mod send;
@@ -109,6 +110,10 @@ pub struct NetPort {
     ect: AtomicBool,
     /// The IP TOS / traffic class of CNPs.
     cnp_traffic_class: AtomicU8,
+    /// The seeded fault layer on the receive path (`fault` module), and
+    /// the packet it holds back to reorder.
+    faults: Option<Mutex<FaultState>>,
+    held: Mutex<Option<(RecvMeta, Vec<u8>)>>,
 }
 
 impl NetPort {
@@ -144,7 +149,16 @@ impl NetPort {
             send_blocked: AtomicBool::new(false),
             ect: AtomicBool::new(CongestionConfig::default().ecn),
             cnp_traffic_class: AtomicU8::new(CongestionConfig::default().cnp_traffic_class()),
+            faults: None,
+            held: Mutex::new(None),
         }
+    }
+
+    /// Drops, duplicates and reorders received packets at the rates of
+    /// `faults` (the `fault` module; for tests and benchmarks).
+    pub fn with_faults(mut self, faults: Option<Faults>) -> NetPort {
+        self.faults = faults.map(|f| Mutex::new(FaultState::new(f)));
+        self
     }
 
     /// The port with segmentation offloads (before any address is added:

@@ -57,10 +57,66 @@ impl NetPort {
                 }
             }
             self.unread.store(unread, Ordering::Release);
-            delivered
+            delivered + self.release_held(engine, self.clock.now())
         };
         engine.after_batch();
         delivered
+    }
+
+    /// Hands an intact packet to the engine, through the fault layer when
+    /// there is one (`fault` module). Returns the packets handed over.
+    fn hand_over<E: Engine + ?Sized>(
+        &self,
+        engine: &mut E,
+        now: rxe_core::transport::Instant,
+        meta: &RecvMeta,
+        packet: &[u8],
+    ) -> usize {
+        let Some(faults) = &self.faults else {
+            engine.handle(now, meta, packet);
+            return 1;
+        };
+        let fate = lock(faults).fate();
+        let c = &self.counters;
+        match fate {
+            Fate::Drop => {
+                c.inc(NetCounter::FaultDropped);
+                return 0;
+            }
+            Fate::Reorder => {
+                let mut held = lock(&self.held);
+                if held.is_none() {
+                    c.inc(NetCounter::FaultReordered);
+                    *held = Some((*meta, packet.to_vec()));
+                    return 0;
+                }
+                drop(held);
+                engine.handle(now, meta, packet);
+            }
+            Fate::Duplicate => {
+                c.inc(NetCounter::FaultDuplicated);
+                engine.handle(now, meta, packet);
+                engine.handle(now, meta, packet);
+            }
+            Fate::Deliver => engine.handle(now, meta, packet),
+        }
+        1 + self.release_held(engine, now)
+    }
+
+    /// The packet held back to reorder, after the one that overtook it.
+    fn release_held<E: Engine + ?Sized>(
+        &self,
+        engine: &mut E,
+        now: rxe_core::transport::Instant,
+    ) -> usize {
+        if self.faults.is_none() {
+            return 0;
+        }
+        let Some((meta, packet)) = lock(&self.held).take() else {
+            return 0;
+        };
+        engine.handle(now, &meta, &packet);
+        1
     }
 
     fn deliver<E: Engine + ?Sized>(
@@ -99,8 +155,7 @@ impl NetPort {
                 if o.meta.ce {
                     c.inc(NetCounter::RcvdCe);
                 }
-                engine.handle(now, &o.meta, o.packet);
-                1
+                self.hand_over(engine, now, &o.meta, o.packet)
             }
             Err(e) => {
                 c.inc(e.rx_counter());

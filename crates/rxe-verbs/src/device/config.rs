@@ -50,6 +50,10 @@ pub struct DeviceConfig {
     /// QPN, as kernel rxe's from 0xC000 + a hash of the QPN; 0 sends
     /// everything from port 4791. [`DeviceConfig::default_source_ports`].
     pub source_ports: u16,
+    /// The seeded fault layer on the receive path (rxe-net's `Faults`):
+    /// drops, duplicates, reorders, for tests and benchmarks; `None`
+    /// unless `RXE_FAULTS` is set ([`DeviceConfig::default_faults`]).
+    pub faults: Option<rxe_net::Faults>,
 }
 
 /// What a device on a target would report, read from the host without
@@ -110,6 +114,26 @@ impl DeviceConfig {
             gso: DeviceConfig::default_gso(),
             congestion: DeviceConfig::default_congestion(),
             source_ports: DeviceConfig::default_source_ports(),
+            faults: DeviceConfig::default_faults(),
+        }
+    }
+
+    /// The fault layer from `RXE_FAULTS` (`drop=0.01,dup=0.001,
+    /// reorder=0.01,seed=7`); none when unset. A value that does not parse
+    /// is reported and ignored.
+    pub fn default_faults() -> Option<rxe_net::Faults> {
+        let spec = std::env::var("RXE_FAULTS")
+            .ok()
+            .filter(|s| !s.trim().is_empty())?;
+        match spec.parse() {
+            Ok(f) => {
+                tracing::warn!(faults = %f, "RXE_FAULTS: dropping, duplicating and reordering received packets");
+                Some(f)
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "RXE_FAULTS ignored");
+                None
+            }
         }
     }
 
@@ -147,6 +171,7 @@ impl DeviceConfig {
             gso: DeviceConfig::default_gso(),
             congestion: DeviceConfig::default_congestion(),
             source_ports: DeviceConfig::default_source_ports(),
+            faults: DeviceConfig::default_faults(),
         }
     }
 }

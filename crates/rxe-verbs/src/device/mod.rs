@@ -128,7 +128,8 @@ impl Device {
         let net = Arc::new(
             NetPort::new(clock)
                 .with_offload(offload)
-                .with_source_ports(config.source_ports),
+                .with_source_ports(config.source_ports)
+                .with_faults(config.faults),
         );
         net.set_congestion(&config.congestion);
         let bind: Vec<IpAddr> = match &config.target {
