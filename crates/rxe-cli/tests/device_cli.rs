@@ -204,6 +204,34 @@ fn demo_keeps_pcapng_captures_and_their_ladders() {
             text.contains("Opcode: Unknown (129)") || text.contains("CNP"),
             "{text}"
         );
+        // The path migration step: tshark decodes its four packets, the
+        // two on the alternate path with MigReq set.
+        let cap = dir.join("step12.pcapng");
+        let out = std::process::Command::new("tshark")
+            .args([
+                "-r",
+                cap.to_str().unwrap(),
+                "-T",
+                "fields",
+                "-e",
+                "ip.src",
+                "-e",
+                "infiniband.bth.m",
+            ])
+            .output()
+            .expect("tshark");
+        assert!(out.status.success(), "{out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let rows: Vec<&str> = text.lines().collect();
+        assert_eq!(rows.len(), 4, "{text}");
+        assert!(
+            rows[2].starts_with("127.1.107.11") && rows[2].ends_with("1"),
+            "{text}"
+        );
+        assert!(
+            rows[0].starts_with("127.0.107.11") && rows[0].ends_with("0"),
+            "{text}"
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
