@@ -7,13 +7,15 @@ mod support;
 
 use std::time::Duration;
 
-const FIGURES: [&str; 6] = [
+const FIGURES: [&str; 8] = [
     "RC WRITE 1 MiB, 1 QP [Gb/s]",
     "RC WRITE 1 MiB, 1 QP [Gb/s]",
     "RC READ 1 MiB, 1 QP [Gb/s]",
     "RC SEND 1 MiB, 1 QP [Gb/s]",
     "RC WRITE 64 B pipelined [M msg/s]",
     "RC WRITE 2 B round trip [us]",
+    "RC WRITE 64 KiB, 1000 QPs [Gb/s]",
+    "RC WRITE 1 MiB, 1 % loss [Gb/s]",
 ];
 
 fn number(cell: &str, what: &str) -> f64 {
@@ -96,4 +98,8 @@ fn bench_quick_prints_every_figure_beside_its_baseline() {
     }
     // Two baselines for WRITE 1 MiB: GSO+GRO and sendmmsg.
     assert!(body[0][7].contains("GSO") && body[1][7].contains("sendmmsg"));
+    // The last two compare rxe with itself, and say so; the lossless
+    // figure is the first row's.
+    assert!(body[6][7].contains("rxe itself") && body[7][7].contains("rxe itself"));
+    assert_eq!(body[7][2], body[0][1]);
 }

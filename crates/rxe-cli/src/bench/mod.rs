@@ -56,12 +56,14 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     let iters = |per_sec: f64| ((per_sec * secs) as u64).max(5).to_string();
     let limit = Duration::from_secs_f64(30.0 + 10.0 * secs);
     let port = std::cell::Cell::new(TCP_PORT);
-    let perf = |args: &[&str]| {
+    let perf_env = |args: &[&str], env: &[(&str, &str)]| {
         port.set(port.get() + 1);
         let a: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        eprintln!("rxe bench: rxe perf {}", a.join(" "));
-        perf_run::run(&exe, &a, port.get(), limit)
+        let e: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v} ")).collect();
+        eprintln!("rxe bench: {}rxe perf {}", e.concat(), a.join(" "));
+        perf_run::run(&exe, &a, env, port.get(), limit)
     };
+    let perf = |args: &[&str]| perf_env(args, &[]);
 
     eprintln!("rxe bench: raw UDP, {secs} s each");
     let gso = raw::gso_gro(RAW_A, RAW_B, ROCE_4K, d)?;
@@ -158,6 +160,61 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         Cpu::per_round_trip(r.client_cpu, r.server_cpu, rts),
         Cpu::per_round_trip(pp.cpu_a, pp.cpu_b, pp.round_trips as f64),
         "busy-poll ping-pong 8 B",
+    ));
+    // Against rxe itself: many QPs against one, loss against none.
+    let kib64 = 65536.0;
+    let one = perf(&[
+        "write",
+        "-s",
+        "65536",
+        "-n",
+        &iters(28_000.0),
+        "--report_gbits",
+    ])?;
+    let many = perf(&[
+        "write",
+        "-s",
+        "65536",
+        "-n",
+        &iters(28.0),
+        "-q",
+        "1000",
+        "-t",
+        "4",
+        "--report_gbits",
+    ])?;
+    rows.push(Row::new(
+        "RC WRITE 64 KiB, 1000 QPs [Gb/s]",
+        many.col(3)?,
+        one.col(3)?,
+        ">= 0.9",
+        Cpu::per_gb(many.client_cpu, many.server_cpu, many.col(1)? * kib64),
+        Cpu::per_gb(one.client_cpu, one.server_cpu, one.col(1)? * kib64),
+        "rxe itself, 1 QP (not raw UDP)",
+    ));
+    let lossy = perf_env(
+        &[
+            "write",
+            "-s",
+            "1048576",
+            "-n",
+            &iters(70.0),
+            "--report_gbits",
+        ],
+        &[("RXE_FAULTS", "drop=0.01,seed=1")],
+    )?;
+    rows.push(Row::new(
+        "RC WRITE 1 MiB, 1 % loss [Gb/s]",
+        lossy.col(3)?,
+        write,
+        ">= 0.5",
+        Cpu::per_gb(
+            lossy.client_cpu,
+            lossy.server_cpu,
+            lossy.col(1)? * mib as f64,
+        ),
+        write_cpu,
+        "rxe itself, lossless (not raw UDP)",
     ));
     print!("{}", table::render(&rows, secs));
     Ok(ExitCode::SUCCESS)

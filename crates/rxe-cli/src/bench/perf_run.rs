@@ -66,9 +66,15 @@ fn lines(child: &mut Child) -> Receiver<String> {
     rx
 }
 
-/// Runs `rxe perf ARGS` as server and client on TCP port `port`; every
-/// wait bounded by `limit`.
-pub fn run(exe: &Path, args: &[String], port: u16, limit: Duration) -> Result<PerfRun> {
+/// Runs `rxe perf ARGS` as server and client on TCP port `port`, both with
+/// the environment variables `env`; every wait bounded by `limit`.
+pub fn run(
+    exe: &Path,
+    args: &[String],
+    env: &[(&str, &str)],
+    port: u16,
+    limit: Duration,
+) -> Result<PerfRun> {
     let common = |ip: &str| {
         let mut v = vec!["perf".to_string()];
         v.extend(args.iter().cloned());
@@ -81,6 +87,7 @@ pub fn run(exe: &Path, args: &[String], port: u16, limit: Duration) -> Result<Pe
     };
     let mut server = Command::new(exe)
         .args(common(SERVER_IP))
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -111,6 +118,7 @@ pub fn run(exe: &Path, args: &[String], port: u16, limit: Duration) -> Result<Pe
     cargs.push(SERVER_IP.to_string());
     let client = Command::new(exe)
         .args(&cargs)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -138,14 +146,32 @@ pub fn run(exe: &Path, args: &[String], port: u16, limit: Duration) -> Result<Pe
     })
 }
 
-/// Waits for a child until `end`, then kills it.
+/// Waits for a child until `end`, then kills it. Its pipes are drained
+/// meanwhile: `rxe perf -q 1000` prints a line per QP, more than a pipe
+/// holds, and would block on a full one.
 fn wait(child: &mut Reaped, end: Instant) -> Result<std::process::Output> {
     let Some(mut c) = child.0.take() else {
         bail!("no child")
     };
+    fn drain(r: Option<impl std::io::Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut v);
+            }
+            v
+        })
+    }
+    let (out, err) = (drain(c.stdout.take()), drain(c.stderr.take()));
     loop {
         match c.try_wait()? {
-            Some(_) => return Ok(c.wait_with_output()?),
+            Some(status) => {
+                return Ok(std::process::Output {
+                    status,
+                    stdout: out.join().unwrap_or_default(),
+                    stderr: err.join().unwrap_or_default(),
+                })
+            }
             None if Instant::now() >= end => {
                 let _ = c.kill();
                 let _ = c.wait();
