@@ -51,3 +51,52 @@ pub fn assert_inside() {
         "run only inside the test's namespace"
     );
 }
+
+/// Runs `cmd` with `sh -c`; panics if it fails (namespace set-up).
+pub fn sh(cmd: &str) {
+    let st = Command::new("sh").arg("-c").arg(cmd).status().expect("sh");
+    assert!(st.success(), "`{cmd}` failed");
+}
+
+/// Panics unless nftables' `nft` is installed (scripts/setup.sh installs
+/// it).
+pub fn assert_nft() {
+    assert!(
+        Command::new("sh")
+            .args(["-c", "command -v nft"])
+            .status()
+            .is_ok_and(|s| s.success()),
+        "nft is not installed (scripts/setup.sh installs nftables)"
+    );
+}
+
+/// Loads nftables `rules` (`nft -f -`); panics if nft refuses them.
+pub fn nft(rules: &str) {
+    use std::io::Write as _;
+    let mut p = Command::new("nft")
+        .args(["-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("nft");
+    p.stdin
+        .take()
+        .expect("nft's stdin")
+        .write_all(rules.as_bytes())
+        .expect("write the rules");
+    assert!(p.wait().expect("nft").success(), "nft refused:\n{rules}");
+}
+
+/// The first line with a counter of nftables table `ip NAME`, as
+/// `nft list table` prints it (its packets and bytes).
+pub fn nft_counter(name: &str) -> String {
+    let out = Command::new("nft")
+        .args(["list", "table", "ip", name])
+        .output()
+        .expect("nft list");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|l| l.contains("counter"))
+        .unwrap_or("")
+        .trim()
+        .to_string()
+}

@@ -26,6 +26,26 @@ pub fn all_access() -> AccessFlags {
         | AccessFlags::REMOTE_ATOMIC
 }
 
+/// An RC QP of `pd` on `cq` (both queues) for one-SGE work requests, up
+/// to `depth` of each queued, every send signaled.
+pub fn rc_qp(pd: &Pd, cq: &Cq, depth: u32) -> Qp {
+    pd.create_qp(&QpInitAttr {
+        qp_type: QpType::Rc,
+        send_cq: cq,
+        recv_cq: cq,
+        srq: None,
+        cap: QpCap {
+            max_send_wr: depth,
+            max_recv_wr: depth,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        },
+        sq_sig_all: true,
+    })
+    .expect("qp")
+}
+
 impl Node {
     /// A device on `ip` (a 127.0.0.0/8 address) with a 64 KiB MR.
     pub fn new(ip: &str) -> Node {

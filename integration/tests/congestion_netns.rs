@@ -17,9 +17,9 @@
 //! It needs root, iproute2 and nftables (scripts/setup.sh installs them);
 //! without them it fails loudly, unless `RXE_SKIP_NETNS=1`.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
+use rxe_integration::netns::{assert_nft, nft, nft_counter, sh};
 use rxe_integration::verbs_harness::{all_access, connect};
 use rxe_verbs::*;
 
@@ -33,11 +33,6 @@ const SAMPLE: Duration = Duration::from_millis(50);
 const RUN: Duration = Duration::from_secs(6);
 /// The second flow starts this late.
 const SECOND_AT: Duration = Duration::from_secs(2);
-
-fn sh(cmd: &str) {
-    let st = Command::new("sh").arg("-c").arg(cmd).status().expect("sh");
-    assert!(st.success(), "`{cmd}` failed");
-}
 
 #[test]
 fn two_flows_through_a_marking_switch_share_it_without_loss() {
@@ -63,13 +58,7 @@ struct Sender {
 #[ignore = "run by two_flows_through_a_marking_switch_share_it_without_loss inside a namespace"]
 fn inner_two_flows() {
     rxe_integration::netns::assert_inside();
-    assert!(
-        Command::new("sh")
-            .args(["-c", "command -v nft"])
-            .status()
-            .is_ok_and(|s| s.success()),
-        "nft is not installed (scripts/setup.sh installs nftables)"
-    );
+    assert_nft();
     sh("ip link set lo up");
     for i in 1..=3 {
         sh(&format!("ip addr add 10.98.3.{i}/32 dev lo"));
@@ -83,18 +72,7 @@ fn inner_two_flows() {
          ip ecn set ce counter\n }}\n}}\n",
         BOTTLENECK_BYTES_PER_S / 1000
     );
-    let mut nft = Command::new("nft")
-        .args(["-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .expect("nft");
-    use std::io::Write as _;
-    nft.stdin
-        .take()
-        .unwrap()
-        .write_all(rules.as_bytes())
-        .unwrap();
-    assert!(nft.wait().unwrap().success(), "nft refused:\n{rules}");
+    nft(&rules);
 
     // DCQCN with ConnectX's defaults, the line rate set to 500 Mb/s (the
     // rate a QP recovers to, ten times the marking threshold).
@@ -233,18 +211,7 @@ fn inner_two_flows() {
         );
     }
 
-    let marked = String::from_utf8(
-        Command::new("nft")
-            .args(["list", "table", "ip", "rxeq3"])
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .unwrap();
-    eprintln!(
-        "nft: {}",
-        marked.lines().find(|l| l.contains("counter")).unwrap_or("")
-    );
+    eprintln!("nft: {}", nft_counter("rxeq3"));
     let c = |d: &Device, n: &str| d.counter(n);
     let cnps = c(&rx, "np_cnp_sent");
     eprintln!(

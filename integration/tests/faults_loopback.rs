@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use rxe_integration::verbs_harness::{all_access, connect};
+use rxe_integration::verbs_harness::{all_access, connect, rc_qp};
 use rxe_verbs::*;
 
 const MSG: usize = 128 * 1024;
@@ -25,25 +25,7 @@ fn rc_recovers_from_loss_duplicates_and_reordering() {
     let b = device("127.0.147.2", "drop=0.02,dup=0.01,reorder=0.02,seed=12");
     let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let (ca, cb) = (a.create_cq(256).unwrap(), b.create_cq(256).unwrap());
-    let cap = QpCap {
-        max_send_wr: 64,
-        max_recv_wr: 64,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    };
-    let qp = |pd: &Pd, cq: &Cq| {
-        pd.create_qp(&QpInitAttr {
-            qp_type: QpType::Rc,
-            send_cq: cq,
-            recv_cq: cq,
-            srq: None,
-            cap,
-            sq_sig_all: true,
-        })
-        .unwrap()
-    };
-    let (qa, qb) = (qp(&pa, &ca), qp(&pb, &cb));
+    let (qa, qb) = (rc_qp(&pa, &ca, 64), rc_qp(&pb, &cb, 64));
     connect(&qa, qb.qp_num(), b.query_gid(1, 0).unwrap(), 0x10, 0x20);
     connect(&qb, qa.qp_num(), a.query_gid(1, 0).unwrap(), 0x20, 0x10);
     let total = MSG * MESSAGES as usize;

@@ -17,11 +17,11 @@
 //! without them it fails loudly, unless `RXE_SKIP_NETNS=1`.
 
 use std::net::IpAddr;
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rxe_integration::verbs_harness::all_access;
+use rxe_integration::netns::{assert_nft, nft, nft_counter, sh};
+use rxe_integration::verbs_harness::{all_access, rc_qp};
 use rxe_verbs::connect::{self, InitParams, RcParams, ReadyParams, RemoteQp};
 use rxe_verbs::*;
 
@@ -40,22 +40,6 @@ const RC: RcParams = RcParams {
     rnr_retry: 7,
     max_rd_atomic: 4,
 };
-
-fn sh(cmd: &str) {
-    let st = Command::new("sh").arg("-c").arg(cmd).status().expect("sh");
-    assert!(st.success(), "`{cmd}` failed");
-}
-
-fn nft(rules: &str) {
-    let mut p = Command::new("nft")
-        .args(["-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .expect("nft");
-    use std::io::Write as _;
-    p.stdin.take().unwrap().write_all(rules.as_bytes()).unwrap();
-    assert!(p.wait().unwrap().success(), "nft refused:\n{rules}");
-}
 
 #[test]
 fn a_cut_primary_path_moves_the_connection_to_its_alternate() {
@@ -84,13 +68,7 @@ fn path(dev: &Device, from: &str, to: &str) -> AddressVector {
 #[ignore = "run by a_cut_primary_path_moves_the_connection_to_its_alternate inside a namespace"]
 fn inner_cut_primary_path() {
     rxe_integration::netns::assert_inside();
-    assert!(
-        Command::new("sh")
-            .args(["-c", "command -v nft"])
-            .status()
-            .is_ok_and(|s| s.success()),
-        "nft is not installed (scripts/setup.sh installs nftables)"
-    );
+    assert_nft();
     sh("ip link set lo up");
     sh("ip link add rxapma type veth peer name rxapmb");
     for (dev, host) in [("rxapma", 1), ("rxapmb", 2)] {
@@ -106,27 +84,9 @@ fn inner_cut_primary_path() {
         dev.register_event_handler(move |e| ev.lock().unwrap().push((name, *e)));
     }
 
-    let cap = QpCap {
-        max_send_wr: 64,
-        max_recv_wr: 64,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    };
     let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let (ca, cb) = (a.create_cq(256).unwrap(), b.create_cq(256).unwrap());
-    let qp = |pd: &Pd, cq: &Cq| {
-        pd.create_qp(&QpInitAttr {
-            qp_type: QpType::Rc,
-            send_cq: cq,
-            recv_cq: cq,
-            srq: None,
-            cap,
-            sq_sig_all: true,
-        })
-        .unwrap()
-    };
-    let (qa, qb) = (qp(&pa, &ca), qp(&pb, &cb));
+    let (qa, qb) = (rc_qp(&pa, &ca, 64), rc_qp(&pb, &cb, 64));
     let total = MSG * MESSAGES as usize;
     let data: Vec<u8> = (0..total).map(|k| (k * 7 + k / 4093) as u8).collect();
     let src = pa.reg_mr(data, AccessFlags::LOCAL_WRITE).unwrap();
@@ -225,24 +185,11 @@ fn inner_cut_primary_path() {
     );
 
     // Both ends moved to the alternate path, each with one PATH_MIG.
-    let dropped = String::from_utf8(
-        Command::new("nft")
-            .args(["list", "table", "ip", "rxeapm"])
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .unwrap();
-    eprintln!(
-        "nft: {}",
-        dropped
-            .lines()
-            .find(|l| l.contains("counter"))
-            .unwrap_or("")
-    );
+    let dropped = nft_counter("rxeapm");
+    eprintln!("nft: {dropped}");
     assert!(
-        !dropped.contains("packets 0 "),
-        "the rule dropped packets:\n{dropped}"
+        dropped.contains("packets ") && !dropped.contains("packets 0 "),
+        "the rule dropped packets: {dropped}"
     );
     for (n, q, dev, alt) in [('A', &qa, &a, "10.97.2.2"), ('B', &qb, &b, "10.97.2.1")] {
         let info = q.query().unwrap();

@@ -14,17 +14,7 @@ const CC_AT: usize = 14336;
 impl Demo<'_> {
     pub(super) fn congestion(&mut self) -> Result<String> {
         let (a, b) = (&self.a, &self.b);
-        let qp = |s: &Side| {
-            s.pd.create_qp(&QpInitAttr {
-                qp_type: QpType::Rc,
-                send_cq: &s.cq,
-                recv_cq: &s.cq,
-                srq: None,
-                cap: QpCap::default(),
-                sq_sig_all: false,
-            })
-        };
-        let (qa, qb) = (qp(a)?, qp(b)?);
+        let (qa, qb) = (a.new_rc_qp()?, b.new_rc_qp()?);
         let up = |me: &Side, q: &Qp, peer: &Side, peer_qpn: u32, tclass: u8| {
             let remote = RemoteQp {
                 qpn: peer_qpn,
@@ -44,14 +34,7 @@ impl Demo<'_> {
                 &ReadyParams::Rc {
                     sq_psn: Psn::new(0x00c0c0),
                     remote,
-                    rc: RcParams {
-                        max_dest_rd_atomic: 4,
-                        min_rnr_timer: 12,
-                        timeout: 14,
-                        retry_cnt: 7,
-                        rnr_retry: 7,
-                        max_rd_atomic: 4,
-                    },
+                    rc: DEMO_RC,
                 },
             )
         };

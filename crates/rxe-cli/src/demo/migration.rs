@@ -43,17 +43,7 @@ impl Demo<'_> {
                 .ok_or_else(|| anyhow!("{} has no GID for {ip}", s.dev.name()))
         };
         let (alt_idx_a, alt_idx_b) = (index(a, alt_a)?, index(b, alt_b)?);
-        let qp = |s: &Side| {
-            s.pd.create_qp(&QpInitAttr {
-                qp_type: QpType::Rc,
-                send_cq: &s.cq,
-                recv_cq: &s.cq,
-                srq: None,
-                cap: QpCap::default(),
-                sq_sig_all: false,
-            })
-        };
-        let (qa, qb) = (qp(a)?, qp(b)?);
+        let (qa, qb) = (a.new_rc_qp()?, b.new_rc_qp()?);
         let av = |sgid_index: u8, to: IpAddr| AddressVector {
             dgid: gid_of(to),
             sgid_index,
@@ -73,14 +63,7 @@ impl Demo<'_> {
                 &ReadyParams::Rc {
                     sq_psn: Psn::new(0x00d0d0),
                     remote,
-                    rc: RcParams {
-                        max_dest_rd_atomic: 4,
-                        min_rnr_timer: 12,
-                        timeout: 14,
-                        retry_cnt: 7,
-                        rnr_retry: 7,
-                        max_rd_atomic: 4,
-                    },
+                    rc: DEMO_RC,
                 },
             )
         };

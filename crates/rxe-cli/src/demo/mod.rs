@@ -206,6 +206,31 @@ fn setup(dev: &Device, ip: IpAddr, alt_ip: Option<IpAddr>) -> Result<Side> {
     })
 }
 
+/// The RC attributes of every demo connection (ibv_rc_pingpong's, with
+/// four READs or atomics in flight).
+const DEMO_RC: RcParams = RcParams {
+    max_dest_rd_atomic: 4,
+    min_rnr_timer: 12,
+    timeout: 14,
+    retry_cnt: 7,
+    rnr_retry: 7,
+    max_rd_atomic: 4,
+};
+
+impl Side {
+    /// One more RC QP on the side's CQ, for a step of its own.
+    fn new_rc_qp(&self) -> Result<Qp> {
+        Ok(self.pd.create_qp(&QpInitAttr {
+            qp_type: QpType::Rc,
+            send_cq: &self.cq,
+            recv_cq: &self.cq,
+            srq: None,
+            cap: QpCap::default(),
+            sq_sig_all: false,
+        })?)
+    }
+}
+
 /// INIT, RTR, RTS for an RC QP that accepts every remote operation.
 fn connect_rc(me: &Side, peer: &Side, my_psn: u32, peer_psn: u32) -> Result<()> {
     let remote = RemoteQp {
@@ -219,14 +244,7 @@ fn connect_rc(me: &Side, peer: &Side, my_psn: u32, peer_psn: u32) -> Result<()> 
         },
         path_mtu: PathMtu::Mtu1024,
     };
-    let rc = RcParams {
-        max_dest_rd_atomic: 4,
-        min_rnr_timer: 12,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        max_rd_atomic: 4,
-    };
+    let rc = DEMO_RC;
     connect::connect(
         &me.rc,
         &InitParams::connected(

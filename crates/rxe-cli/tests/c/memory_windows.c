@@ -14,59 +14,7 @@
 #include <string.h>
 #include <infiniband/verbs.h>
 
-static int failures;
-#define CHECK(cond, ...) do { if (!(cond)) { fprintf(stderr, "FAIL line %d: ", __LINE__); \
-    fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); failures++; } } while (0)
-
-static struct ibv_cq *cq;
-
-/* One completion, or a zeroed wc with status -1 after about 10 s. */
-static struct ibv_wc wait_wc(void)
-{
-	struct ibv_wc wc;
-	for (long i = 0; i < 100000000L; i++) {
-		int n = ibv_poll_cq(cq, 1, &wc);
-		if (n == 1)
-			return wc;
-		if (n < 0)
-			break;
-	}
-	memset(&wc, 0, sizeof wc);
-	wc.status = (enum ibv_wc_status)-1;
-	return wc;
-}
-
-static int connect_qp(struct ibv_qp *qp, uint32_t dest, union ibv_gid *gid)
-{
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1,
-		.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ };
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-		return -1;
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
-	a.rq_psn = 0x100;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = *gid;
-	a.ah_attr.grh.sgid_index = 0;
-	a.ah_attr.grh.hop_limit = 1;
-	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-			  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		return -1;
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.sq_psn = 0x100;
-	a.max_rd_atomic = 1;
-	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-			     IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
-}
+#include "rc_loop.h"
 
 static struct ibv_qp *make_qp(struct ibv_context *ctx, struct ibv_pd *pd)
 {
@@ -124,8 +72,8 @@ int main(void)
 		fprintf(stderr, "create_qp_ex: %d\n", errno);
 		return 1;
 	}
-	CHECK(connect_qp(qa, qb->qp_num, &gid) == 0, "connect a");
-	CHECK(connect_qp(qb, qa->qp_num, &gid) == 0, "connect b");
+	CHECK(connect_qp(qa, qb->qp_num, &gid, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ) == 0, "connect a");
+	CHECK(connect_qp(qb, qa->qp_num, &gid, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ) == 0, "connect b");
 
 	char *buf = calloc(1, 4096), *sbuf = malloc(64);
 	memset(sbuf, 0x5a, 64);
