@@ -69,13 +69,7 @@ static int write64(struct ibv_qp *qa, struct ibv_mr *src, uint64_t addr, uint32_
 
 int main(void)
 {
-	int n = -1;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	CHECK(list && n == 1, "device list: %d", n);
-	if (!list || n < 1)
-		return 1;
-	struct ibv_context *ctx = ibv_open_device(list[0]);
-	ibv_free_device_list(list);
+	struct ibv_context *ctx = open_only_device();
 	if (!ctx)
 		return 1;
 	struct ibv_device_attr da;

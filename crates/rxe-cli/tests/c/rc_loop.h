@@ -2,7 +2,7 @@
  * share: the CHECK macro and its failure count, one CQ and a bounded wait
  * for a completion on it, and RESET->INIT->RTR->RTS over GID 0 (both
  * PSNs 0x100, path MTU 1024, one READ/atomic each way). Include it after
- * <infiniband/verbs.h>, <stdio.h> and <string.h>. */
+ * <infiniband/verbs.h>, <errno.h>, <stdio.h> and <string.h>. */
 #ifndef RXE_TEST_RC_LOOP_H
 #define RXE_TEST_RC_LOOP_H
 
@@ -26,6 +26,20 @@ static struct ibv_wc wait_wc(void)
 	memset(&wc, 0, sizeof wc);
 	wc.status = (enum ibv_wc_status)-1;
 	return wc;
+}
+
+/* The one device the test runs with, opened; NULL (counted) otherwise. */
+static struct ibv_context *open_only_device(void)
+{
+	int n = -1;
+	struct ibv_device **list = ibv_get_device_list(&n);
+	CHECK(list && n == 1, "device list: %d", n);
+	if (!list || n < 1)
+		return NULL;
+	struct ibv_context *ctx = ibv_open_device(list[0]);
+	CHECK(ctx, "open: %d", errno);
+	ibv_free_device_list(list);
+	return ctx;
 }
 
 /* Connects qp to QP dest at gid, granting the peer `access`. */
