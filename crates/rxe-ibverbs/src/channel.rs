@@ -107,12 +107,16 @@ impl ChannelShared {
         if self.has_event() {
             return true;
         }
+        let spin = rxe_verbs::SpinWait::from_env();
+        if spin.bound().is_zero() {
+            return false;
+        }
         // SAFETY: F_GETFL on our own eventfd, no pointers.
         let flags = unsafe { libc::fcntl(self.fd, libc::F_GETFL) };
         if flags < 0 || flags & libc::O_NONBLOCK != 0 {
             return false;
         }
-        self.spin(rxe_verbs::SpinWait::from_env())
+        self.spin(spin)
     }
 
     /// Drops the undelivered events of the CQ at `cq`.

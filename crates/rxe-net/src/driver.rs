@@ -187,8 +187,16 @@ pub struct Turn {
 /// the datagrams waiting on the sockets into the engine, the timers that
 /// are due, then what the engine has to send. The caller holds the engine
 /// lock.
+///
+/// The engine's `after_batch` (where the verbs layer moves completions to
+/// their CQs and so wakes completion-event waiters) runs once, after the
+/// flush: the ACK of a received SEND is on the wire before its receiver's
+/// application is woken. Delivering first (as `NetPort::receive` alone
+/// does) woke the waiter while this turn still held the engine lock to send
+/// the ACK, and the waiter's first verb then slept on that lock (seen with
+/// `strace -f` on `ibv_rc_pingpong -e`: a futex wait and wake per message).
 pub fn turn<E: Engine + ?Sized>(port: &NetPort, e: &mut E) -> Turn {
-    let received = port.receive(e);
+    let received = port.receive_only(e);
     let now = port.clock().now();
     if e.poll_timeout().is_some_and(|t| t <= now) {
         e.handle_timeout(now);
