@@ -33,6 +33,8 @@ pub struct ChannelShared {
     /// The devices of the CQs on the channel (one entry per CQ), which a
     /// waiter busy-polls before it sleeps.
     devices: Mutex<Vec<rxe_verbs::Device>>,
+    /// The waiters' spin, fitted to this channel's events.
+    spin: rxe_verbs::spin_wait::AdaptiveSpin,
 }
 
 impl ChannelShared {
@@ -41,6 +43,7 @@ impl ChannelShared {
             fd: new_eventfd()?,
             queue: Mutex::default(),
             devices: Mutex::default(),
+            spin: rxe_verbs::spin_wait::AdaptiveSpin::new(),
         }))
     }
 
@@ -99,24 +102,31 @@ impl ChannelShared {
         spin.spin(&devs, || self.has_event())
     }
 
-    /// The spin of a blocking `ibv_get_cq_event` with no event queued
-    /// (the process's [`rxe_verbs::SpinWait::from_env`]); a non-blocking
-    /// fd (O_NONBLOCK set by the application) is not spun on. Returns
-    /// whether an event is queued.
-    pub fn spin_unless_nonblocking(&self) -> bool {
+    /// One count of the eventfd, as `ibv_get_cq_event` takes it: with no
+    /// event queued and a blocking fd, the channel's spin first (a
+    /// non-blocking fd, O_NONBLOCK set by the application, is not spun
+    /// on: its caller asked not to wait). False with read(2)'s errno.
+    pub fn wait(&self) -> bool {
         if self.has_event() {
-            return true;
+            return wait_eventfd(self.fd);
         }
-        let spin = rxe_verbs::SpinWait::from_env();
+        let spin = self.spin.current();
         if spin.bound().is_zero() {
-            return false;
+            return wait_eventfd(self.fd);
         }
         // SAFETY: F_GETFL on our own eventfd, no pointers.
         let flags = unsafe { libc::fcntl(self.fd, libc::F_GETFL) };
         if flags < 0 || flags & libc::O_NONBLOCK != 0 {
-            return false;
+            return wait_eventfd(self.fd);
         }
-        self.spin(spin)
+        let start = std::time::Instant::now();
+        let caught = self.spin(spin);
+        if !caught {
+            tracing::trace!("no completion event within the spin: sleeping");
+        }
+        let ok = wait_eventfd(self.fd);
+        self.spin.record(spin, caught, start.elapsed());
+        ok
     }
 
     /// Drops the undelivered events of the CQ at `cq`.
@@ -211,10 +221,7 @@ export! {"IBVERBS_1.1" fn ibv_get_cq_event(channel: *mut ibv_comp_channel, cq: *
         return -1;
     }
     loop {
-        if !c.shared.spin_unless_nonblocking() {
-            tracing::trace!("no completion event within the spin: sleeping");
-        }
-        if !wait_eventfd(c.shared.fd) {
+        if !c.shared.wait() {
             // errno from read(): EAGAIN on a non-blocking fd.
             return -1;
         }

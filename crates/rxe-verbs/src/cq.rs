@@ -14,7 +14,7 @@ use rxe_core::transport::{WcStatus, WorkCompletion, WorkQueue};
 
 use crate::device::{Device, DeviceShared};
 use crate::error::{ObjectKind, Result, VerbsError};
-use crate::spin_wait::SpinWait;
+use crate::spin_wait::{AdaptiveSpin, SpinWait};
 
 /// Which completions end a wait (`ibv_req_notify_cq`'s `solicited_only`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +60,8 @@ pub(crate) struct CqShared {
     pub(crate) users: crate::use_count::UseCount,
     pub destroyed: AtomicBool,
     hook: Mutex<Option<CqEventHook>>,
+    /// The spin of [`Cq::wait`], fitted to this CQ's events.
+    spin: AdaptiveSpin,
 }
 
 impl std::fmt::Debug for CqShared {
@@ -81,6 +83,7 @@ impl CqShared {
             users: crate::use_count::UseCount::new(),
             destroyed: AtomicBool::new(false),
             hook: Mutex::new(None),
+            spin: AdaptiveSpin::new(),
         }
     }
 
@@ -278,14 +281,23 @@ impl Cq {
     /// ([`SpinWait::from_env`], `crate::spin_wait` says why).
     pub fn wait(&self, timeout: Option<Duration>) -> Result<()> {
         self.check_live()?;
-        let deadline = timeout.map(|t| StdInstant::now() + t);
+        let start = StdInstant::now();
+        let deadline = timeout.map(|t| start + t);
+        let adaptive = &self.shared.spin;
         let spin = match timeout {
-            Some(t) => SpinWait::new(SpinWait::from_env().bound().min(t)),
-            None => SpinWait::from_env(),
+            Some(t) => SpinWait::new(adaptive.current().bound().min(t)),
+            None => adaptive.current(),
         };
-        spin.spin(std::slice::from_ref(&self.device()), || {
+        let caught = spin.spin(std::slice::from_ref(&self.device()), || {
             self.shared.state.lock().unwrap().events > 0
         });
+        let r = self.sleep_for_event(deadline);
+        adaptive.record(spin, caught, start.elapsed());
+        r
+    }
+
+    /// The sleeping part of [`Cq::wait`].
+    fn sleep_for_event(&self, deadline: Option<StdInstant>) -> Result<()> {
         let mut s = self.shared.state.lock().unwrap();
         while s.events == 0 {
             s.sleepers += 1;

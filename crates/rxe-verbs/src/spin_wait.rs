@@ -31,12 +31,18 @@
 //!   poll mode on this machine, so a ping-pong's answer comes within it;
 //!   Linux's `net.core.busy_read` suggests 50 µs for sockets too.
 //!   `RXE_CQ_SPIN_US` sets it (0 turns the spin off, at most
-//!   [`MAX_BOUND`]). `docs/performance.md` has the measurements.
+//!   [`MAX_BOUND`]). Each CQ and channel stretches its own bound up to
+//!   [`MAX_STRETCH`] times that (400 µs by default) while its events come
+//!   just after the spin ends ([`AdaptiveSpin`] says why), so the most a
+//!   wait that sleeps can spin is 400 µs, and a waiter whose events are far
+//!   apart spins 50 µs per sleep. `docs/performance.md` has the
+//!   measurements.
 //! - **What a spin turn is.** The same turn as an empty `poll_cq`
 //!   (`rxe_net::DriverWaker::busy_poll`): receive, due timers, transmit,
 //!   only if nobody else holds the engine. So the spin never waits for a
 //!   lock and never delays the driver thread.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -47,6 +53,9 @@ pub const DEFAULT_BOUND: Duration = Duration::from_micros(50);
 /// The longest bound `RXE_CQ_SPIN_US` may ask for (a longer spin is a busy
 /// loop, not a wait).
 pub const MAX_BOUND: Duration = Duration::from_millis(1);
+
+/// How far [`AdaptiveSpin`] may stretch the process's bound.
+pub const MAX_STRETCH: u32 = 8;
 
 /// How long a completion wait busy-polls before it sleeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,9 +123,104 @@ impl SpinWait {
     }
 }
 
+/// The spin of one waitable object (a CQ, a completion channel), fitted
+/// to how soon its events come: a spin that ended too early for an event
+/// that came within twice the bound doubles the bound (up to
+/// [`MAX_STRETCH`] times the process's setting); an event much later than
+/// that halves it again (not below the setting). A spin that catches its
+/// event keeps the bound.
+///
+/// Why: a ping-pong over two waiters has two steady states. If both
+/// spins catch their events, a round trip is the poll-mode one (about
+/// 30 µs here) and every spin succeeds; if one side sleeps, the other's
+/// wait is the sleeping round trip (about 60 µs here), longer than a 50 µs
+/// spin, so it sleeps too, and both stay there. `ib_send_lat -e` sat in
+/// the second state: 1816 of 2000 spins ended without their event,
+/// 75 µs typical latency against 31 µs without any spin and 17 µs with a
+/// 100 µs spin. Stretching the bound when an event just missed it moves a
+/// pair to the first state; the cap and the shrink keep a waiter whose
+/// events are far apart at the setting (one bound of CPU per sleep).
+#[derive(Debug)]
+pub struct AdaptiveSpin {
+    /// The process's setting, which the bound never goes below.
+    base: Duration,
+    /// The current bound, nanoseconds.
+    bound_ns: AtomicU64,
+}
+
+impl Default for AdaptiveSpin {
+    fn default() -> AdaptiveSpin {
+        AdaptiveSpin::new()
+    }
+}
+
+impl AdaptiveSpin {
+    /// Starts at the process's setting ([`SpinWait::from_env`]).
+    pub fn new() -> AdaptiveSpin {
+        AdaptiveSpin::with_base(SpinWait::from_env().bound())
+    }
+
+    fn with_base(base: Duration) -> AdaptiveSpin {
+        AdaptiveSpin {
+            base,
+            bound_ns: AtomicU64::new(base.as_nanos() as u64),
+        }
+    }
+
+    /// The spin to do now.
+    pub fn current(&self) -> SpinWait {
+        SpinWait {
+            bound: Duration::from_nanos(self.bound_ns.load(Ordering::Relaxed)),
+        }
+    }
+
+    /// After a wait: `spun` is the spin it did, `caught` whether the spin
+    /// found the event, `waited` how long the whole wait took.
+    pub fn record(&self, spun: SpinWait, caught: bool, waited: Duration) {
+        let base = self.base;
+        if caught || base.is_zero() {
+            return;
+        }
+        let b = spun.bound();
+        let next = if waited < b.saturating_mul(2) {
+            b.saturating_mul(2)
+                .min(base.saturating_mul(MAX_STRETCH))
+                .min(MAX_BOUND)
+        } else {
+            (b / 2).max(base)
+        };
+        self.bound_ns
+            .store(next.as_nanos() as u64, Ordering::Relaxed);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_event_just_missed_stretches_the_spin_and_a_late_one_shrinks_it() {
+        let us = Duration::from_micros;
+        let base = us(50);
+        let a = AdaptiveSpin::with_base(base);
+        a.record(a.current(), true, us(30));
+        assert_eq!(a.current().bound(), us(50), "caught: kept");
+        a.record(a.current(), false, us(70));
+        assert_eq!(a.current().bound(), us(100), "missed by a little: doubled");
+        for _ in 0..10 {
+            a.record(a.current(), false, us(150));
+        }
+        assert!(a.current().bound() <= base * MAX_STRETCH, "capped");
+        a.record(a.current(), false, Duration::from_millis(50));
+        assert!(
+            a.current().bound() < base * MAX_STRETCH,
+            "a late event halves it"
+        );
+        for _ in 0..10 {
+            a.record(a.current(), false, Duration::from_millis(50));
+        }
+        assert_eq!(a.current().bound(), base, "not below the setting");
+    }
 
     #[test]
     fn the_setting_is_microseconds_capped_and_defaults_when_unset_or_bad() {
