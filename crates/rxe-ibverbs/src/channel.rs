@@ -11,7 +11,7 @@
 //! the devices of the channel's CQs for a short bounded time
 //! ([`rxe_verbs::SpinWait`], `RXE_CQ_SPIN_US`), then sleeps in `read`:
 //! without the spin every message cost two wake-ups (the driver thread's,
-//! then the waiter's), about 30 µs per round trip on this machine;
+//! then the waiter's): `ib_send_lat -e` 72 µs typical, 15 µs with it;
 //! `rxe_verbs::spin_wait` has the measurements. A non-blocking channel
 //! never spins: its caller asked not to wait.
 

@@ -14,15 +14,15 @@
 //!   receives it, pushes the completion and writes the channel's eventfd;
 //!   that wakes the application out of `read` in `ibv_get_cq_event`, which
 //!   then polls and posts, often queueing on the engine lock (a futex
-//!   wait) while the driver thread still sends the ACK under it. 6.7
-//!   context switches per iteration in event mode against 1.4 in poll mode,
-//!   and 1.7 eventfd reads, 1.7 eventfd writes and 4.8 futex calls per
-//!   iteration. Each wake-up of a sleeping thread costs several
-//!   microseconds here (scheduler, idle exit, IPI), so event mode paid
-//!   about 30 µs more per round trip than poll mode, where the polling
-//!   thread receives its packets itself (`Device::busy_poll`) and nobody
-//!   sleeps. Kernel Soft-RoCE wakes the waiter straight from the packet's
-//!   softirq: one wake-up.
+//!   wait) while the driver thread still sends the ACK under it: 4.7 to
+//!   6.7 context switches per iteration in event mode against 0.9 to 1.4
+//!   in poll mode (two runs), and 1.7 eventfd reads, 1.7 eventfd writes and
+//!   4.8 futex calls per iteration. Each wake-up of a sleeping thread costs
+//!   several microseconds here (scheduler, idle exit, IPI): `ib_send_lat
+//!   -e` had 72 µs typical latency against 11 µs polling, where the
+//!   polling thread receives its packets itself (`Device::busy_poll`) and
+//!   nobody sleeps. Kernel Soft-RoCE wakes the waiter straight from the
+//!   packet's softirq: one wake-up.
 //! - **Bounded, then sleep.** The spin ends at the first event or after the
 //!   bound; then the wait sleeps exactly as before (the eventfd, or the
 //!   CQ's condition variable), so an idle program burns no core: it costs
