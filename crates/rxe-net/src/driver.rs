@@ -111,6 +111,19 @@ impl DriverWaker {
         self.wake();
     }
 
+    /// A busy poller stops (a completion wait whose spin ended without its
+    /// event, about to sleep): the thread no longer counts it as at work,
+    /// and with busy polling preferred it is woken to watch the sockets
+    /// again now, not within [`POLLER_FRESH`] (else the sleeper's next
+    /// packet would wait for that look). Another poller still at work
+    /// counts again at its next poll.
+    pub fn poller_left(&self) {
+        self.shared.polled_at.store(0, Ordering::Relaxed);
+        if self.shared.prefer_busy_poll.load(Ordering::Relaxed) {
+            self.wake();
+        }
+    }
+
     /// Call after unlocking the engine from outside the thread: if the
     /// thread skipped a turn because the engine was locked, wake it.
     pub fn after_unlock(&self) {

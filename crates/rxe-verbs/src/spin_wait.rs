@@ -40,7 +40,11 @@
 //! - **What a spin turn is.** The same turn as an empty `poll_cq`
 //!   (`rxe_net::DriverWaker::busy_poll`): receive, due timers, transmit,
 //!   only if nobody else holds the engine. So the spin never waits for a
-//!   lock and never delays the driver thread.
+//!   lock and never delays the driver thread. A spin that gives up says so
+//!   ([`crate::Device::busy_poll_ended`]): with `RXE_PREFER_BUSY_POLL=1`
+//!   the driver thread stops watching the sockets while a poller is at
+//!   work, and would otherwise look again only a millisecond later, late
+//!   for the sleeper's packet.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -116,6 +120,9 @@ impl SpinWait {
                 return true;
             }
             if start.elapsed() >= self.bound {
+                for d in devices {
+                    d.busy_poll_ended();
+                }
                 return false;
             }
             std::hint::spin_loop();

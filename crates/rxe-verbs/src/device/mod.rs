@@ -225,6 +225,14 @@ impl Device {
         self.0.check_live().is_ok() && self.0.waker.busy_poll(&self.0.net, &self.0.engine)
     }
 
+    /// Tells the device that the thread which called [`Device::busy_poll`]
+    /// stops polling and will sleep: with busy polling preferred
+    /// ([`Device::set_prefer_busy_poll`]) the driver thread watches the
+    /// sockets again at once.
+    pub fn busy_poll_ended(&self) {
+        self.0.waker.poller_left();
+    }
+
     /// Removes the device (`rdma link delete`): clients' `remove` callbacks
     /// run first, then a `DeviceFatal` event; its threads stop and its
     /// sockets close. Every handle of it, and of its objects, fails with
