@@ -551,6 +551,14 @@ fn bad_input_from_c_fails_as_rdma_core_does() {
 }
 
 #[test]
+fn completion_events_wake_a_blocked_waiter_and_only_when_armed() {
+    let _serial = serial();
+    // A thread asleep in ibv_get_cq_event (past the spin), a waiter inside
+    // the spin, an unarmed CQ and a solicited-only arm.
+    c_program_prints_ok("cq_events", "127.0.170.9");
+}
+
+#[test]
 fn memory_windows_and_atomic_write_from_c() {
     let _serial = serial();
     // ibv_alloc_mw, ibv_bind_mw and ibv_dealloc_mw are inline in verbs.h:

@@ -6,6 +6,14 @@
 //! Applications may poll/epoll the fd and make it non-blocking. A queue
 //! (not a pipe of pointers) lets destroying a CQ purge its undelivered
 //! events, as the kernel does.
+//!
+//! A blocking `ibv_get_cq_event` with no event waiting first busy-polls
+//! the devices of the channel's CQs for a short bounded time
+//! ([`rxe_verbs::SpinWait`], `RXE_CQ_SPIN_US`), then sleeps in `read`:
+//! without the spin every message cost two wake-ups (the driver thread's,
+//! then the waiter's): `ib_send_lat -e` 72 µs typical, 15 µs with it;
+//! `rxe_verbs::spin_wait` has the measurements. A non-blocking channel
+//! never spins: its caller asked not to wait.
 
 use std::collections::VecDeque;
 use std::ffi::{c_int, c_void};
@@ -22,6 +30,11 @@ use crate::handles::{self, Kind};
 pub struct ChannelShared {
     pub fd: c_int,
     queue: Mutex<VecDeque<usize>>,
+    /// The devices of the CQs on the channel (one entry per CQ), which a
+    /// waiter busy-polls before it sleeps.
+    devices: Mutex<Vec<rxe_verbs::Device>>,
+    /// The waiters' spin, fitted to this channel's events.
+    spin: rxe_verbs::spin_wait::AdaptiveSpin,
 }
 
 impl ChannelShared {
@@ -29,16 +42,91 @@ impl ChannelShared {
         Ok(Arc::new(ChannelShared {
             fd: new_eventfd()?,
             queue: Mutex::default(),
+            devices: Mutex::default(),
+            spin: rxe_verbs::spin_wait::AdaptiveSpin::new(),
         }))
     }
 
     /// An event of the CQ at `cq` (leaf lock; called from event hooks).
+    /// The count is written under the queue's lock, so a spinning waiter
+    /// that sees the entry finds the count too (unless another reader took
+    /// it, who then pops the entry).
     pub fn push(&self, cq: usize) {
-        self.queue
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        q.push_back(cq);
+        signal_eventfd(self.fd);
+    }
+
+    /// A CQ on `dev` joined the channel.
+    pub fn add_device(&self, dev: rxe_verbs::Device) {
+        self.devices
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push_back(cq);
-        signal_eventfd(self.fd);
+            .push(dev);
+    }
+
+    /// A CQ on `dev` left the channel.
+    pub fn remove_device(&self, dev: &rxe_verbs::Device) {
+        let mut d = self.devices.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = d.iter().position(|x| x == dev) {
+            d.swap_remove(i);
+        }
+    }
+
+    fn has_event(&self) -> bool {
+        !self
+            .queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+    }
+
+    /// Busy-polls the channel's devices until an event is queued or
+    /// `spin`'s bound passes; returns whether one is queued.
+    pub fn spin(&self, spin: rxe_verbs::SpinWait) -> bool {
+        if self.has_event() {
+            return true;
+        }
+        // Two CQs of one device need one turn per round, not two.
+        let mut devs: Vec<rxe_verbs::Device> = Vec::new();
+        for d in self
+            .devices
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            if !devs.contains(d) {
+                devs.push(d.clone());
+            }
+        }
+        spin.spin(&devs, || self.has_event())
+    }
+
+    /// One count of the eventfd, as `ibv_get_cq_event` takes it: with no
+    /// event queued and a blocking fd, the channel's spin first (a
+    /// non-blocking fd, O_NONBLOCK set by the application, is not spun
+    /// on: its caller asked not to wait). False with read(2)'s errno.
+    pub fn wait(&self) -> bool {
+        if self.has_event() {
+            return wait_eventfd(self.fd);
+        }
+        let spin = self.spin.current();
+        if spin.bound().is_zero() {
+            return wait_eventfd(self.fd);
+        }
+        // SAFETY: F_GETFL on our own eventfd, no pointers.
+        let flags = unsafe { libc::fcntl(self.fd, libc::F_GETFL) };
+        if flags < 0 || flags & libc::O_NONBLOCK != 0 {
+            return wait_eventfd(self.fd);
+        }
+        let start = std::time::Instant::now();
+        let caught = self.spin(spin);
+        if !caught {
+            tracing::trace!("no completion event within the spin: sleeping");
+        }
+        let ok = wait_eventfd(self.fd);
+        self.spin.record(spin, caught, start.elapsed());
+        ok
     }
 
     /// Drops the undelivered events of the CQ at `cq`.
@@ -133,7 +221,7 @@ export! {"IBVERBS_1.1" fn ibv_get_cq_event(channel: *mut ibv_comp_channel, cq: *
         return -1;
     }
     loop {
-        if !wait_eventfd(c.shared.fd) {
+        if !c.shared.wait() {
             // errno from read(): EAGAIN on a non-blocking fd.
             return -1;
         }

@@ -126,6 +126,7 @@ pub(crate) fn create(
     let cq = unsafe { &*p };
     if let Some((c, shared)) = &cq.channel {
         c.add_user(1);
+        shared.add_device(dev.clone());
         let shared = shared.clone();
         let at = p as usize;
         cq.inner
@@ -146,6 +147,7 @@ export! {"IBVERBS_1.1" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int, fail = libc:
     c.ctx.events.remove(Element::Cq, c.inner.id(), cq as usize);
     if let Some((ch, shared)) = &c.channel {
         shared.purge(cq as usize);
+        shared.remove_device(&c.inner.device());
         ch.add_user(-1);
     }
     // rdma-core waits until every event handed out is acknowledged.

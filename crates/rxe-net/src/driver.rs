@@ -111,6 +111,19 @@ impl DriverWaker {
         self.wake();
     }
 
+    /// A busy poller stops (a completion wait whose spin ended without its
+    /// event, about to sleep): the thread no longer counts it as at work,
+    /// and with busy polling preferred it is woken to watch the sockets
+    /// again now, not within [`POLLER_FRESH`] (else the sleeper's next
+    /// packet would wait for that look). Another poller still at work
+    /// counts again at its next poll.
+    pub fn poller_left(&self) {
+        self.shared.polled_at.store(0, Ordering::Relaxed);
+        if self.shared.prefer_busy_poll.load(Ordering::Relaxed) {
+            self.wake();
+        }
+    }
+
     /// Call after unlocking the engine from outside the thread: if the
     /// thread skipped a turn because the engine was locked, wake it.
     pub fn after_unlock(&self) {
@@ -187,8 +200,16 @@ pub struct Turn {
 /// the datagrams waiting on the sockets into the engine, the timers that
 /// are due, then what the engine has to send. The caller holds the engine
 /// lock.
+///
+/// The engine's `after_batch` (where the verbs layer moves completions to
+/// their CQs and so wakes completion-event waiters) runs once, after the
+/// flush: the ACK of a received SEND is on the wire before its receiver's
+/// application is woken. Delivering first (as `NetPort::receive` alone
+/// does) woke the waiter while this turn still held the engine lock to send
+/// the ACK, and the waiter's first verb then slept on that lock (seen with
+/// `strace -f` on `ibv_rc_pingpong -e`: a futex wait and wake per message).
 pub fn turn<E: Engine + ?Sized>(port: &NetPort, e: &mut E) -> Turn {
-    let received = port.receive(e);
+    let received = port.receive_only(e);
     let now = port.clock().now();
     if e.poll_timeout().is_some_and(|t| t <= now) {
         e.handle_timeout(now);

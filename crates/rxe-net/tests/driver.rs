@@ -263,7 +263,7 @@ fn driver_fires_timers_on_time_without_spinning() {
     std::thread::sleep(Duration::from_millis(30));
     let turns = engine.lock().unwrap().turns;
     // Fifty later deadlines: only the driver's own ticks (one every
-    // TICK, two `after_batch` calls each) may turn it, not the fifty
+    // TICK, at most two `after_batch` calls each) may turn it, not the fifty
     // notifications.
     let start = StdInstant::now();
     for _ in 0..50 {

@@ -14,6 +14,7 @@ use rxe_core::transport::{WcStatus, WorkCompletion, WorkQueue};
 
 use crate::device::{Device, DeviceShared};
 use crate::error::{ObjectKind, Result, VerbsError};
+use crate::spin_wait::{AdaptiveSpin, SpinWait};
 
 /// Which completions end a wait (`ibv_req_notify_cq`'s `solicited_only`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +35,10 @@ struct CqState {
     overrun: bool,
     lost: u64,
     wakers: Vec<Waker>,
+    /// Threads asleep in [`Cq::wait`]: the condition variable is signalled
+    /// only when there are some (a futex call otherwise wasted on the
+    /// driver thread, before the completion channel's eventfd is written).
+    sleepers: usize,
 }
 
 /// Called when a CQ raises a notification event (an armed request fired,
@@ -55,6 +60,8 @@ pub(crate) struct CqShared {
     pub(crate) users: crate::use_count::UseCount,
     pub destroyed: AtomicBool,
     hook: Mutex<Option<CqEventHook>>,
+    /// The spin of [`Cq::wait`], fitted to this CQ's events.
+    spin: AdaptiveSpin,
 }
 
 impl std::fmt::Debug for CqShared {
@@ -76,6 +83,7 @@ impl CqShared {
             users: crate::use_count::UseCount::new(),
             destroyed: AtomicBool::new(false),
             hook: Mutex::new(None),
+            spin: AdaptiveSpin::new(),
         }
     }
 
@@ -124,7 +132,9 @@ impl CqShared {
     }
 
     fn wake(&self, s: &mut CqState) {
-        self.cond.notify_all();
+        if s.sleepers > 0 {
+            self.cond.notify_all();
+        }
         for w in s.wakers.drain(..) {
             w.wake();
         }
@@ -266,22 +276,43 @@ impl Cq {
     }
 
     /// Blocks until a notification event is raised, then takes it
-    /// (`ibv_get_cq_event`); `None` waits without end.
+    /// (`ibv_get_cq_event`); `None` waits without end. It busy-polls the
+    /// device for a short bounded time before it sleeps
+    /// ([`SpinWait::from_env`], `crate::spin_wait` says why).
     pub fn wait(&self, timeout: Option<Duration>) -> Result<()> {
         self.check_live()?;
-        let deadline = timeout.map(|t| StdInstant::now() + t);
+        let start = StdInstant::now();
+        let deadline = timeout.map(|t| start + t);
+        let adaptive = &self.shared.spin;
+        let spin = match timeout {
+            Some(t) => SpinWait::new(adaptive.current().bound().min(t)),
+            None => adaptive.current(),
+        };
+        let caught = spin.spin(std::slice::from_ref(&self.device()), || {
+            self.shared.state.lock().unwrap().events > 0
+        });
+        let r = self.sleep_for_event(deadline);
+        adaptive.record(spin, caught, start.elapsed());
+        r
+    }
+
+    /// The sleeping part of [`Cq::wait`].
+    fn sleep_for_event(&self, deadline: Option<StdInstant>) -> Result<()> {
         let mut s = self.shared.state.lock().unwrap();
         while s.events == 0 {
-            match deadline {
-                None => s = self.shared.cond.wait(s).unwrap(),
+            s.sleepers += 1;
+            s = match deadline {
+                None => self.shared.cond.wait(s).unwrap(),
                 Some(d) => {
                     let now = StdInstant::now();
                     if now >= d {
+                        s.sleepers -= 1;
                         return Err(VerbsError::Timeout);
                     }
-                    s = self.shared.cond.wait_timeout(s, d - now).unwrap().0;
+                    self.shared.cond.wait_timeout(s, d - now).unwrap().0
                 }
-            }
+            };
+            s.sleepers -= 1;
             if self.shared.destroyed.load(Ordering::Acquire) {
                 return Err(VerbsError::Destroyed(ObjectKind::Cq));
             }

@@ -50,6 +50,7 @@ pub mod qp;
 mod registry;
 pub mod rsocket;
 pub mod shared_buffer;
+pub mod spin_wait;
 pub mod srq;
 mod use_count;
 
@@ -70,6 +71,7 @@ pub use mw::Mw;
 pub use pd::Pd;
 pub use qp::{Qp, QpCap, QpInfo, QpInitAttr};
 pub use registry::{device_by_name, devices};
+pub use spin_wait::SpinWait;
 pub use srq::{Srq, SrqInitAttr};
 
 pub use rxe_core::transport::{

@@ -11,7 +11,16 @@ impl NetPort {
     /// datagram's ICRC and hands the good ones to `engine.handle`. Calls
     /// `after_batch` at the end. Returns the packets handed over.
     pub fn receive<E: Engine + ?Sized>(&self, engine: &mut E) -> usize {
-        let delivered = {
+        let delivered = self.receive_only(engine);
+        engine.after_batch();
+        delivered
+    }
+
+    /// [`NetPort::receive`] without the `after_batch` call, for a caller
+    /// that calls it itself soon after (the driver's turn: after `flush`,
+    /// see `driver::turn`).
+    pub(crate) fn receive_only<E: Engine + ?Sized>(&self, engine: &mut E) -> usize {
+        {
             let mut rx = lock(&self.rx);
             let sockets = self.sockets.read().unwrap_or_else(PoisonError::into_inner);
             let mut delivered = 0;
@@ -58,9 +67,7 @@ impl NetPort {
             }
             self.unread.store(unread, Ordering::Release);
             delivered + self.release_held(engine, self.clock.now())
-        };
-        engine.after_batch();
-        delivered
+        }
     }
 
     /// Hands an intact packet to the engine, through the fault layer when

@@ -219,6 +219,24 @@ impl Device {
         self.0.set_prefer_busy_poll(on);
     }
 
+    /// One busy-poll turn on the caller's thread: what the device has
+    /// received into the engine, due timers, then what it has to send,
+    /// as an empty [`crate::Cq::poll`] does. Does nothing (returns
+    /// `false`) if another thread is in the engine or the device is gone.
+    /// A thread about to sleep for a completion event calls it in a short
+    /// spin first ([`crate::SpinWait`]).
+    pub fn busy_poll(&self) -> bool {
+        self.0.check_live().is_ok() && self.0.waker.busy_poll(&self.0.net, &self.0.engine)
+    }
+
+    /// Tells the device that the thread which called [`Device::busy_poll`]
+    /// stops polling and will sleep: with busy polling preferred
+    /// ([`Device::set_prefer_busy_poll`]) the driver thread watches the
+    /// sockets again at once.
+    pub fn busy_poll_ended(&self) {
+        self.0.waker.poller_left();
+    }
+
     /// Removes the device (`rdma link delete`): clients' `remove` callbacks
     /// run first, then a `DeviceFatal` event; its threads stop and its
     /// sockets close. Every handle of it, and of its objects, fails with
