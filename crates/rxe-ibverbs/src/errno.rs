@@ -31,7 +31,7 @@ pub fn errno_of(e: &VerbsError) -> i32 {
         VerbsError::NoSuchDevice(_) | VerbsError::NoSuchInterface(_) => libc::ENODEV,
         VerbsError::NameInUse(_) => libc::EEXIST,
         VerbsError::AddressNotLocal(_) => libc::EADDRNOTAVAIL,
-        VerbsError::NoAddress(_) => libc::EADDRNOTAVAIL,
+        VerbsError::NoAddress(_) | VerbsError::NoAddresses => libc::EADDRNOTAVAIL,
         VerbsError::PortBusy { .. } => libc::EADDRINUSE,
         VerbsError::Io(io) => io.raw_os_error().unwrap_or(libc::EIO),
         VerbsError::Capture(_) => libc::EIO,

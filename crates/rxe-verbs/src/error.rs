@@ -45,6 +45,8 @@ pub enum VerbsError {
     NoSuchInterface(String),
     #[error("interface {0} has no usable IP address")]
     NoAddress(String),
+    #[error("a device on a list of addresses needs at least one")]
+    NoAddresses,
     #[error("UDP port {port} on {addr} is busy (another RoCE device or program holds it)")]
     PortBusy { addr: std::net::IpAddr, port: u16 },
     #[error("network I/O: {0}")]

@@ -181,6 +181,6 @@ pub(super) fn missing(target: &Target) -> VerbsError {
     match (target, target.first_address()) {
         (Target::Interface(n), _) => VerbsError::NoSuchInterface(n.clone()),
         (_, Some(ip)) => VerbsError::AddressNotLocal(ip),
-        (_, None) => VerbsError::NoAddress(String::from("an empty address list")),
+        (_, None) => VerbsError::NoAddresses,
     }
 }
