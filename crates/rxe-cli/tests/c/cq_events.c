@@ -20,9 +20,8 @@
 #include <unistd.h>
 #include <infiniband/verbs.h>
 
-static int failures;
-#define CHECK(cond, ...) do { if (!(cond)) { fprintf(stderr, "FAIL line %d: ", __LINE__); \
-    fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); failures++; } } while (0)
+#define RC_LOOP_OWN_CQS
+#include "rc_loop.h"
 
 static struct ibv_cq *scq, *rcq;
 static struct ibv_comp_channel *ch;
@@ -30,37 +29,6 @@ static struct ibv_qp *qa, *qb;
 static struct ibv_mr *mr;
 static char *buf;
 static void *const RCQ_CONTEXT = (void *)0xbeef;
-
-static int connect_qp(struct ibv_qp *qp, uint32_t dest, union ibv_gid *gid)
-{
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1 };
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-		return -1;
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
-	a.rq_psn = 0x100;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = *gid;
-	a.ah_attr.grh.sgid_index = 0;
-	a.ah_attr.grh.hop_limit = 1;
-	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-			  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		return -1;
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.sq_psn = 0x100;
-	a.max_rd_atomic = 1;
-	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-			     IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
-}
 
 /* One completion of `cq`, or a wc with status -1 after about 10 s. */
 static struct ibv_wc wait_wc(struct ibv_cq *cq)
@@ -128,13 +96,7 @@ static void *waiter(void *arg)
 
 int main(void)
 {
-	int n = -1;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	CHECK(list && n == 1, "device list: %d", n);
-	if (!list || n < 1)
-		return 1;
-	struct ibv_context *ctx = ibv_open_device(list[0]);
-	ibv_free_device_list(list);
+	struct ibv_context *ctx = open_only_device();
 	if (!ctx)
 		return 1;
 	union ibv_gid gid;
@@ -154,8 +116,8 @@ int main(void)
 	qb = ibv_create_qp(pd, &ia);
 	if (!qa || !qb)
 		return 1;
-	CHECK(connect_qp(qa, qb->qp_num, &gid) == 0, "connect a");
-	CHECK(connect_qp(qb, qa->qp_num, &gid) == 0, "connect b");
+	CHECK(connect_qp(qa, qb->qp_num, &gid, 0) == 0, "connect a");
+	CHECK(connect_qp(qb, qa->qp_num, &gid, 0) == 0, "connect b");
 	buf = calloc(1, 4096);
 	mr = ibv_reg_mr(pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE);
 	if (!mr)

@@ -1,6 +1,7 @@
 /* What the C tests that connect two RC QPs of one device to each other
- * share: the CHECK macro and its failure count, one CQ and a bounded wait
- * for a completion on it, and RESET->INIT->RTR->RTS over GID 0 (both
+ * share: the CHECK macro and its failure count, opening the one device,
+ * one CQ and a bounded wait for a completion on it (unless
+ * RC_LOOP_OWN_CQS), and RESET->INIT->RTR->RTS over GID 0 (both
  * PSNs 0x100, path MTU 1024, one READ/atomic each way). Include it after
  * <infiniband/verbs.h>, <errno.h>, <stdio.h> and <string.h>. */
 #ifndef RXE_TEST_RC_LOOP_H
@@ -10,6 +11,8 @@ static int failures;
 #define CHECK(cond, ...) do { if (!(cond)) { fprintf(stderr, "FAIL line %d: ", __LINE__); \
     fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); failures++; } } while (0)
 
+/* A test with CQs of its own defines RC_LOOP_OWN_CQS first. */
+#ifndef RC_LOOP_OWN_CQS
 static struct ibv_cq *cq;
 
 /* One completion, or a zeroed wc with status -1 after about 10 s. */
@@ -27,6 +30,7 @@ static struct ibv_wc wait_wc(void)
 	wc.status = (enum ibv_wc_status)-1;
 	return wc;
 }
+#endif
 
 /* The one device the test runs with, opened; NULL (counted) otherwise. */
 static struct ibv_context *open_only_device(void)
