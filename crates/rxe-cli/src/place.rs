@@ -105,11 +105,7 @@ pub fn add_device(
     capture: Option<&Path>,
     congestion: CongestionConfig,
 ) -> Result<Device> {
-    let mut config = match target {
-        Target::Address(ip) => DeviceConfig::on_address(*ip),
-        Target::Addresses(v) => DeviceConfig::on_addresses(v.clone()),
-        Target::Interface(i) => DeviceConfig::on_interface(i),
-    };
+    let mut config = DeviceConfig::on(target.clone());
     config.capture = capture.map(Path::to_path_buf);
     config.congestion = congestion;
     Device::add(config).with_context(|| format!("cannot add a device on {}", describe(target)))

@@ -197,12 +197,8 @@ fn device_for(spec: &DeviceSpec, index: u32, count: usize) -> &'static RxeDevice
         index,
         config: DeviceConfig {
             name: Some(spec.name.clone()),
-            target: spec.target.clone(),
             capture: capture_for(&spec.name, count),
-            gso: DeviceConfig::default_gso(),
-            congestion: DeviceConfig::default_congestion(),
-            source_ports: DeviceConfig::default_source_ports(),
-            faults: DeviceConfig::default_faults(),
+            ..DeviceConfig::on(spec.target.clone())
         },
         probe: Mutex::new(None),
     }));

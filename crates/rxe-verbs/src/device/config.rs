@@ -98,24 +98,28 @@ impl DeviceConfig {
         })
     }
 
-    /// A device on several local addresses ([`Target::Addresses`]).
-    pub fn on_addresses(ips: Vec<IpAddr>) -> DeviceConfig {
-        DeviceConfig {
-            target: Target::Addresses(ips),
-            ..DeviceConfig::on_address(IpAddr::from([0, 0, 0, 0]))
-        }
-    }
-
-    pub fn on_address(ip: IpAddr) -> DeviceConfig {
+    /// A device on `target`, named `rxeN`, with every setting as the
+    /// environment says (`RXE_GSO`, `RXE_ECN`, `RXE_SOURCE_PORTS`,
+    /// `RXE_FAULTS`) and no capture.
+    pub fn on(target: Target) -> DeviceConfig {
         DeviceConfig {
             name: None,
-            target: Target::Address(ip),
+            target,
             capture: None,
             gso: DeviceConfig::default_gso(),
             congestion: DeviceConfig::default_congestion(),
             source_ports: DeviceConfig::default_source_ports(),
             faults: DeviceConfig::default_faults(),
         }
+    }
+
+    /// A device on several local addresses ([`Target::Addresses`]).
+    pub fn on_addresses(ips: Vec<IpAddr>) -> DeviceConfig {
+        DeviceConfig::on(Target::Addresses(ips))
+    }
+
+    pub fn on_address(ip: IpAddr) -> DeviceConfig {
+        DeviceConfig::on(Target::Address(ip))
     }
 
     /// The fault layer from `RXE_FAULTS` (`drop=0.01,dup=0.001,
@@ -164,15 +168,7 @@ impl DeviceConfig {
     }
 
     pub fn on_interface(name: &str) -> DeviceConfig {
-        DeviceConfig {
-            name: None,
-            target: Target::Interface(name.to_string()),
-            capture: None,
-            gso: DeviceConfig::default_gso(),
-            congestion: DeviceConfig::default_congestion(),
-            source_ports: DeviceConfig::default_source_ports(),
-            faults: DeviceConfig::default_faults(),
-        }
+        DeviceConfig::on(Target::Interface(name.to_string()))
     }
 }
 
