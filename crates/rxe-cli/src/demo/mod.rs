@@ -123,7 +123,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             return Err(e);
         }
     };
-    let result = Demo::run(&a, &b, args, &dir);
+    let result = Demo::run((&a, alt_a), (&b, alt_b), args, &dir);
     let _ = a.remove();
     let _ = b.remove();
     if !keep {
@@ -322,8 +322,13 @@ fn send_wr(wr_id: u64, op: SendOp, data: SendData) -> SendWr {
 }
 
 impl Demo<'_> {
-    fn run(a: &Device, b: &Device, args: &Args, dir: &Path) -> Result<ExitCode> {
-        let (alt_a, alt_b) = alternates(args);
+    /// Each device with its second address, if it has one.
+    fn run(
+        (a, alt_a): (&Device, Option<IpAddr>),
+        (b, alt_b): (&Device, Option<IpAddr>),
+        args: &Args,
+        dir: &Path,
+    ) -> Result<ExitCode> {
         let a = setup(a, args.ip_a, alt_a)?;
         let b = setup(b, args.ip_b, alt_b)?;
         connect_rc(&a, &b, 0x00a0a0, 0x00b0b0)?;
