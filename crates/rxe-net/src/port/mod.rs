@@ -66,6 +66,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// One address's send-only sockets on UDP source ports.
+#[derive(Debug)]
+struct SourcePorts {
+    ip: IpAddr,
+    sockets: Vec<Arc<RoceSocket>>,
+}
+
 /// Where a queued packet goes out, beyond its destination.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 struct TxSlot {
@@ -93,9 +100,10 @@ pub struct NetPort {
     /// A GSO refusal was logged (once per port).
     gso_refusal_logged: AtomicBool,
     sockets: RwLock<Vec<Arc<RoceSocket>>>,
-    /// Send-only sockets per address on UDP source ports (module docs).
+    /// Send-only sockets per address on UDP source ports (module docs),
+    /// grouped by address so that a packet finds its QP's at once.
     source_ports: u16,
-    src_sockets: RwLock<Vec<Arc<RoceSocket>>>,
+    src_sockets: RwLock<Vec<SourcePorts>>,
     generation: AtomicU64,
     tx: Mutex<TxState>,
     rx: Mutex<RxBatch>,
@@ -234,11 +242,13 @@ impl NetPort {
                 "port address added"
             );
             socks.push(Arc::new(s));
-            let mut src = self.bind_source_ports(ip);
-            self.src_sockets
-                .write()
-                .unwrap_or_else(PoisonError::into_inner)
-                .append(&mut src);
+            let sockets = self.bind_source_ports(ip);
+            if !sockets.is_empty() {
+                self.src_sockets
+                    .write()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(SourcePorts { ip, sockets });
+            }
             self.generation.fetch_add(1, Ordering::AcqRel);
         }
         self.wake_driver();
@@ -277,7 +287,7 @@ impl NetPort {
             self.src_sockets
                 .write()
                 .unwrap_or_else(PoisonError::into_inner)
-                .retain(|s| s.local_addr().ip() != ip);
+                .retain(|g| g.ip != ip);
             before != socks.len()
         };
         if removed {
@@ -362,7 +372,9 @@ impl NetPort {
         self.src_sockets
             .read()
             .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+            .iter()
+            .flat_map(|g| g.sockets.iter().cloned())
+            .collect()
     }
 
     /// The UDP source ports the port's packets leave from, by address

@@ -301,7 +301,7 @@ impl NetPort {
 /// the send-only ones on source ports (`port` module docs).
 struct Sockets<'a> {
     main: &'a [Arc<RoceSocket>],
-    by_port: &'a [Arc<RoceSocket>],
+    by_port: &'a [SourcePorts],
 }
 
 impl Sockets<'_> {
@@ -310,20 +310,22 @@ impl Sockets<'_> {
     /// socket. Every packet of a QP leaves from the same port, so its
     /// packets stay in order on any path a switch picks for them.
     fn for_qp(&self, ip: IpAddr, qpn: u32) -> Option<&Arc<RoceSocket>> {
-        let mut own = self.by_port.iter().filter(|s| s.local_addr().ip() == ip);
-        let n = own.clone().count();
-        if n > 0 {
-            return own.nth(qp_hash(qpn) % n);
+        match self.by_port.iter().find(|g| g.ip == ip) {
+            Some(g) => qp_hash(qpn)
+                .checked_rem(g.sockets.len())
+                .and_then(|i| g.sockets.get(i)),
+            None => self.main.iter().find(|s| s.local_addr().ip() == ip),
         }
-        self.main.iter().find(|s| s.local_addr().ip() == ip)
     }
 
     /// The socket bound to `addr`.
     fn at(&self, addr: SocketAddr) -> Option<&Arc<RoceSocket>> {
-        self.main
+        let own = self
+            .by_port
             .iter()
-            .chain(self.by_port)
-            .find(|s| s.local_addr() == addr)
+            .filter(|g| g.ip == addr.ip())
+            .flat_map(|g| g.sockets.iter());
+        self.main.iter().chain(own).find(|s| s.local_addr() == addr)
     }
 }
 
