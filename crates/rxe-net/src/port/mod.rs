@@ -15,7 +15,8 @@
 //! each QP's packets from UDP source port 0xC000 + a hash of the QPN, so
 //! that switches spreading flows by their 5-tuple (ECMP, LAG hashing) give
 //! different QPs different paths; the destination port is always 4791
-//! (RoCEv2 Annex A17.3; receivers accept any source port). A UDP socket
+//! (RoCEv2 Annex A17.3, its UDP header; not checked against the text;
+//! receivers accept any source port). A UDP socket
 //! has one port, so each address gets `n` more sockets bound to ports
 //! from 0xC000 up (a port in use is skipped), used for sending only: a
 //! QP's packets leave from socket `hash(QPN) % n`. The ICRC covers the UDP
