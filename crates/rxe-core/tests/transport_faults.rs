@@ -84,9 +84,27 @@ fn post_recvs(sim: &mut Sim, qpn: u32, m: &Mrs, n: usize, each: usize) {
 /// A permanently cut link: the oldest request completes with RETRY_EXC_ERR
 /// after exactly `retry_cnt` retransmissions, each a transport timeout
 /// (4.096 µs × 2^timeout) after the last, then everything else flushes.
+/// Early retransmission is off: only the transport timer sends.
 #[test]
 fn cut_link_gives_retry_exc_err_after_exact_retries_then_flush() {
-    for_seeds("cut_link", SEEDS, |seed| {
+    cut_link(false);
+}
+
+/// The same with early retransmission (its default): after the first
+/// timeout (a sign of loss) it resends between the timer's rounds, but
+/// spends no retry, so RETRY_EXC_ERR comes at the same moment.
+#[test]
+fn early_retransmission_on_a_cut_link_changes_nothing_of_the_timer() {
+    cut_link(true);
+}
+
+fn cut_link(adaptive: bool) {
+    let name = if adaptive {
+        "cut_link_adaptive"
+    } else {
+        "cut_link"
+    };
+    for_seeds(name, SEEDS, |seed| {
         let mut rng = Rng::new(seed);
         let mut o = ConnOpts::new(QpType::Rc).random_psns(&mut rng);
         o.retry_cnt = rng.range(0, 7) as u8;
@@ -101,6 +119,9 @@ fn cut_link_gives_retry_exc_err_after_exact_retries_then_flush() {
             },
         );
         sim.enable_log();
+        for n in &mut sim.nodes {
+            n.ep.set_adaptive_retransmit(adaptive);
+        }
         let (qa, qb) = connect(&mut sim, 0, 1, &o);
         let m = mrs(&mut sim);
         post_recvs(&mut sim, qb, &m, 8, 4096);
@@ -159,14 +180,30 @@ fn cut_link_gives_retry_exc_err_after_exact_retries_then_flush() {
             "{ctx}: RETRY_EXC_ERR at {got:?}, expected {intervals} x {t:?} = {expect:?}"
         );
         let sent = sent_by(&sim, 0);
+        let early = sim.nodes[0].ep.counters().get(Counter::AdaptiveRetransmit);
         assert_eq!(
             sent.len(),
-            (usize::from(o.retry_cnt) + 1) * pkts_per_round,
-            "{ctx}: packets sent: {sent:?}"
+            (usize::from(o.retry_cnt) + 1 + early as usize) * pkts_per_round,
+            "{ctx}: packets sent, {early} early rounds: {sent:?}"
         );
+        // The first timeout is the first sign of loss: early rounds come
+        // only after it, each of the interval the round trip gives, here
+        // (no answer ever) the floor, doubled without progress.
+        // (Timer rounds start at multiples of the nominal interval, a
+        // power of two of ns; early ones an odd number of ms after one.)
+        let on_timer = |e: &LogEntry| e.at.as_nanos() % t.as_nanos() as u64 == 0;
+        let early_sent = sent.iter().filter(|e| !on_timer(e)).count();
+        assert_eq!(
+            early_sent,
+            early as usize * pkts_per_round,
+            "{ctx}: early rounds fall between the timer's"
+        );
+        // With no round trip measured, the interval is 4 ms.
+        let room = t > Duration::from_millis(4) && o.retry_cnt > 0;
+        assert_eq!(early > 0, adaptive && room, "{ctx}: {early} early rounds");
         // Round r goes out when the r-th (backed-off) timer fires.
         let round_start = |r: u32| t * (0..r).map(|i| (1u32 << i).min(4)).sum::<u32>();
-        for (k, e) in sent.iter().enumerate() {
+        for (k, e) in sent.iter().filter(|e| on_timer(e)).enumerate() {
             let round = (k / pkts_per_round) as u32;
             assert_eq!(
                 e.at.as_nanos(),

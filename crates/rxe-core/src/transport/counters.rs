@@ -93,6 +93,10 @@ counters! {
     /// Path migration: the QP should have migrated but its alternate
     /// path's source GID is gone (`IBV_EVENT_PATH_MIG_ERR`).
     PathMigErr => "path_mig_err",
+    /// Requester: a few measured round trips passed without an answer and
+    /// it resent from its oldest unacknowledged PSN, spending no retry
+    /// (early retransmission, `send::adaptive_timer`).
+    AdaptiveRetransmit => "adaptive_retransmit",
     /// Dropped: fewer bytes than a header needs.
     DropTruncated => "drop_truncated",
     /// Dropped: a field with a value not allowed there.

@@ -79,10 +79,10 @@ struct Qp {
 }
 
 impl Qp {
-    fn new(common: QpCommon) -> Qp {
+    fn new(common: QpCommon, adaptive_retransmit: bool) -> Qp {
         Qp {
             common,
-            req: Requester::new(),
+            req: Requester::new(adaptive_retransmit),
             resp: Responder::new(),
             queued: false,
             np: Notifier::default(),
@@ -118,6 +118,9 @@ pub struct Endpoint {
     mcast: McastGroups,
     /// ECN, CNPs and DCQCN.
     cc: CongestionConfig,
+    /// RC requesters resend early from measured round trips
+    /// (`send::adaptive_timer`).
+    adaptive_retransmit: bool,
 }
 
 impl Endpoint {
@@ -140,7 +143,17 @@ impl Endpoint {
             events: VecDeque::new(),
             mcast: McastGroups::new(),
             cc: CongestionConfig::default(),
+            adaptive_retransmit: true,
         }
+    }
+
+    /// Whether RC QPs created from now on (and QPs returned to RESET)
+    /// resend early when a few measured round trips pass without an
+    /// answer, spending no retry (`send::adaptive_timer`; on by default,
+    /// as NVIDIA's adaptive retransmission). Off, only the transport timer
+    /// (`timeout`) retransmits, as in kernel rxe.
+    pub fn set_adaptive_retransmit(&mut self, on: bool) {
+        self.adaptive_retransmit = on;
     }
 
     /// The port's congestion control settings (ECN, CNPs, DCQCN). QPs
@@ -230,8 +243,13 @@ impl Endpoint {
         if let Some(srq) = init.srq.and_then(|n| self.srqs.get_mut(&n)) {
             srq.attach();
         }
-        self.qps
-            .insert(qpn, Qp::new(QpCommon::new(qpn, init, config, pkey)));
+        self.qps.insert(
+            qpn,
+            Qp::new(
+                QpCommon::new(qpn, init, config, pkey),
+                self.adaptive_retransmit,
+            ),
+        );
         Ok(qpn)
     }
 
@@ -339,7 +357,7 @@ impl Endpoint {
                 if let (Some(srq), Some(wr)) = (srq, qp.resp.take_in_progress_recv()) {
                     srq.push_front(wr);
                 }
-                qp.req = Requester::new();
+                qp.req = Requester::new(self.adaptive_retransmit);
                 qp.resp = Responder::new();
                 qp.np = Notifier::default();
                 qp.rp = None;

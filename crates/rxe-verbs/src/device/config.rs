@@ -54,6 +54,11 @@ pub struct DeviceConfig {
     /// drops, duplicates, reorders, for tests and benchmarks; `None`
     /// unless `RXE_FAULTS` is set ([`DeviceConfig::default_faults`]).
     pub faults: Option<rxe_net::Faults>,
+    /// RC QPs resend early, a few measured round trips after a loss went
+    /// unanswered, spending no retry (rxe-core's `send::adaptive_timer`,
+    /// as NVIDIA's adaptive retransmission): on unless
+    /// `RXE_ADAPTIVE_RETRANS=0` ([`DeviceConfig::default_adaptive_retransmit`]).
+    pub adaptive_retransmit: bool,
 }
 
 /// What a device on a target would report, read from the host without
@@ -100,7 +105,7 @@ impl DeviceConfig {
 
     /// A device on `target`, named `rxeN`, with every setting as the
     /// environment says (`RXE_GSO`, `RXE_ECN`, `RXE_SOURCE_PORTS`,
-    /// `RXE_FAULTS`) and no capture.
+    /// `RXE_FAULTS`, `RXE_ADAPTIVE_RETRANS`) and no capture.
     pub fn on(target: Target) -> DeviceConfig {
         DeviceConfig {
             name: None,
@@ -110,6 +115,7 @@ impl DeviceConfig {
             congestion: DeviceConfig::default_congestion(),
             source_ports: DeviceConfig::default_source_ports(),
             faults: DeviceConfig::default_faults(),
+            adaptive_retransmit: DeviceConfig::default_adaptive_retransmit(),
         }
     }
 
@@ -148,6 +154,13 @@ impl DeviceConfig {
             .ok()
             .and_then(|v| v.trim().parse::<u16>().ok())
             .map_or(rxe_net::DEFAULT_SOURCE_PORTS, |n| n.min(64))
+    }
+
+    /// Early retransmission unless told: on, but for
+    /// `RXE_ADAPTIVE_RETRANS=0` in the environment (only the transport
+    /// timer then retransmits, as in kernel rxe).
+    pub fn default_adaptive_retransmit() -> bool {
+        std::env::var_os("RXE_ADAPTIVE_RETRANS").is_none_or(|v| v != "0")
     }
 
     /// Whether devices use UDP GSO/GRO unless told: yes, but for

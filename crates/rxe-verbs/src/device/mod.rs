@@ -164,6 +164,7 @@ impl Device {
         ep.set_next_qpn(qpn_start(&name));
         ep.set_gid_table(bind.iter().map(|ip| Some(gid_of(*ip))).collect());
         ep.set_congestion(config.congestion);
+        ep.set_adaptive_retransmit(config.adaptive_retransmit);
         let engine = DeviceEngine::new(ep, events.sender());
         let engine = Arc::new(Mutex::new(engine));
         let driver = Driver::spawn(net.clone(), engine.clone())?;

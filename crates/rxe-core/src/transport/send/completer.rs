@@ -141,7 +141,7 @@ impl Requester {
 
     fn on_ack(&mut self, common: &mut QpCommon, counters: &mut Counters, now: Instant, p: Psn) {
         if let Some(resume) = self.implicit_ack(common, now, p.next()) {
-            self.retry_from(common, counters, resume);
+            self.retry_from(common, counters, now, resume);
         }
     }
 
@@ -161,7 +161,7 @@ impl Requester {
                 // The responder expects `p`, or a lost READ response comes
                 // first: resume from the oldest unacknowledged PSN.
                 let to = lost.unwrap_or(self.una);
-                return self.retry_from(common, counters, to);
+                return self.retry_from(common, counters, now, to);
             }
             NakCode::InvalidRequest => WcStatus::RemInvReqErr,
             NakCode::RemoteAccessError => WcStatus::RemAccessErr,
@@ -199,7 +199,7 @@ impl Requester {
         mem: &mut dyn MemoryAccess,
     ) {
         if let Some(resume) = self.implicit_ack(common, now, p) {
-            return self.retry_from(common, counters, resume);
+            return self.retry_from(common, counters, now, resume);
         }
         let Some(w) = self.sq.front() else {
             return counters.inc(Counter::DropUnexpectedResponse);
@@ -271,7 +271,7 @@ impl Requester {
         mem: &mut dyn MemoryAccess,
     ) {
         if let Some(resume) = self.implicit_ack(common, now, p) {
-            return self.retry_from(common, counters, resume);
+            return self.retry_from(common, counters, now, resume);
         }
         let Some(w) = self.sq.front() else {
             return counters.inc(Counter::DropUnexpectedResponse);

@@ -4,11 +4,13 @@
 //!
 //! - [`requester`]: the send queue, PSNs, the window, fences,
 //!   `max_rd_atomic`, the retransmit timer and RNR waits.
+//! - [`adaptive_timer`]: early retransmission from measured round trips.
 //! - [`segment`]: how one work request becomes packets (opcodes, extended
 //!   headers, gather from memory).
 //! - [`completer`]: ACKs, NAKs, RNR NAKs, READ responses and atomic ACKs,
 //!   as more methods of [`Requester`].
 
+mod adaptive_timer;
 mod completer;
 mod requester;
 mod segment;

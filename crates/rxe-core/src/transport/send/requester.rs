@@ -59,6 +59,10 @@
 //!   `retry_cnt` 7. With the backoff, `retry_cnt` 7 at timeout 14 (67 ms)
 //!   waits 27 intervals (1.8 s) before RETRY_EXC_ERR instead of 8 (0.54 s),
 //!   while the first retransmission still comes after one interval.
+//! - Early retransmission (`adaptive_timer`) is a second deadline beside
+//!   the transport timer: once the QP has seen a loss, a few measured
+//!   round trips without progress resend from the oldest unacknowledged
+//!   PSN, spending no retry and leaving the transport timer as it was.
 //! - Completion on a local error (a bad L_Key, out of bounds): the request
 //!   completes with LOC_PROT_ERR once every request before it has completed,
 //!   and the QP goes to ERR (`QpCommon::fatal`, as kernel rxe's requester
@@ -79,6 +83,7 @@
 
 use std::collections::VecDeque;
 
+use super::adaptive_timer::AdaptiveTimer;
 use super::segment::{
     check_sges, emit_with, gather, packet_repr, packets_for, BuildError, PacketCtx, SendWqe,
 };
@@ -139,6 +144,8 @@ pub(crate) struct Requester {
     since_ack_req: u32,
     /// The PSN the current retransmission started from, until progress.
     pub(super) rewound_to: Option<Psn>,
+    /// Early retransmission from measured round trips (`adaptive_timer`).
+    pub(super) adaptive: AdaptiveTimer,
     /// SQ_DRAINED raised for this visit to SQD.
     sqd_notified: bool,
 }
@@ -146,8 +153,13 @@ pub(crate) struct Requester {
 mod completer_calls;
 
 impl Requester {
-    pub(crate) fn new() -> Requester {
-        Requester::default()
+    /// A requester; with `adaptive_retransmit` it resends early when a
+    /// few measured round trips pass without an answer (`adaptive_timer`).
+    pub(crate) fn new(adaptive_retransmit: bool) -> Requester {
+        Requester {
+            adaptive: AdaptiveTimer::new(adaptive_retransmit),
+            ..Requester::default()
+        }
     }
 
     /// Follows a Modify QP: the PSNs start at `sq_psn` on RTR→RTS; entering
@@ -293,12 +305,13 @@ impl Requester {
         }
     }
 
-    /// The next deadline: the transport timer or the end of an RNR wait.
+    /// The next deadline: the transport timer, an early retransmission
+    /// or the end of an RNR wait.
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
-        match (self.retrans_at, self.rnr_until) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [self.retrans_at, self.adaptive.due(), self.rnr_until]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// A deadline passed: an RNR wait ends (sending resumes from the
@@ -313,16 +326,31 @@ impl Requester {
         if self.rnr_until.is_some_and(|t| t <= now) {
             self.rnr_until = None;
         }
+        let live = matches!(common.state(), QpState::Rts | QpState::Sqd);
+        let waiting = live && self.una != self.high && self.rnr_until.is_none();
         if self.retrans_at.is_some_and(|t| t <= now) {
             self.retrans_at = None;
-            let live = matches!(common.state(), QpState::Rts | QpState::Sqd);
-            if live && self.una != self.high && self.rnr_until.is_none() {
+            if waiting {
                 // A timeout always retries, even to the PSN of a
                 // retransmission in progress: that one was lost too.
                 self.rewound_to = None;
-                self.retry_from(common, counters, self.una);
+                self.retry_from(common, counters, now, self.una);
+                return;
             }
         }
+        if self.adaptive.fire(now, self.nominal_timeout(common)) && waiting {
+            // Resend from the oldest unacknowledged PSN, spending no retry
+            // (`adaptive_timer`); a NAK for that PSN, in flight from
+            // before, then restates this rewind.
+            counters.inc(Counter::AdaptiveRetransmit);
+            self.rewind(self.una);
+            self.rewound_to = Some(self.una);
+        }
+    }
+
+    /// The QP's `local_ack_timeout`, without backoff; `None`: no timer.
+    pub(super) fn nominal_timeout(&self, common: &QpCommon) -> Option<core::time::Duration> {
+        common.config.attrs().timeout.and_then(local_ack_timeout)
     }
 
     /// Completes every queued and outstanding request with WR_FLUSH_ERR
@@ -338,6 +366,7 @@ impl Requester {
         self.retrans_at = None;
         self.rnr_until = None;
         self.rewound_to = None;
+        self.adaptive.stop();
         self.una = self.psn;
         self.high = self.psn;
     }
@@ -421,6 +450,8 @@ impl Requester {
         let k = self.next_pkt;
         let wqe = &self.sq[self.next];
         let single = wqe.wr.op.is_read_or_atomic();
+        let read = matches!(wqe.wr.op, SendOp::RdmaRead { .. });
+        let sent_psn = self.psn;
         let last = single || k + 1 >= packets_for(wqe.len, wqe.mtu);
         let window_edge = self.una.distance_to(self.psn) + 1 >= MAX_UNACKED_PSNS;
         let ack_req = last || window_edge || self.since_ack_req + 1 >= ACK_REQ_INTERVAL;
@@ -463,9 +494,13 @@ impl Requester {
             self.next_pkt += 1;
         }
         if rc {
-            if self.una.distance_to(after) > self.una.distance_to(self.high) {
+            let fresh = self.una.distance_to(after) > self.una.distance_to(self.high);
+            if fresh {
                 self.high = after;
             }
+            let timed = fresh && ack_req && !read;
+            let nominal = self.nominal_timeout(common);
+            self.adaptive.on_sent(sent_psn, timed, now, nominal);
             if self.retrans_at.is_none() {
                 self.retrans_at = self.ack_deadline(common, now);
             }

@@ -32,11 +32,15 @@ impl Requester {
     pub(in crate::transport::send) fn progress(&mut self, common: &QpCommon, now: Instant) {
         self.reset_retries(common);
         self.rewound_to = None;
-        self.retrans_at = if self.una != self.high && self.rnr_until.is_none() {
+        let outstanding = self.una != self.high && self.rnr_until.is_none();
+        self.retrans_at = if outstanding {
             self.ack_deadline(common, now)
         } else {
             None
         };
+        let nominal = self.nominal_timeout(common);
+        self.adaptive
+            .on_progress(self.una, now, nominal, outstanding);
     }
 
     /// Starts a retransmission from `to`, spending one retry; when none is
@@ -48,11 +52,13 @@ impl Requester {
         &mut self,
         common: &mut QpCommon,
         counters: &mut Counters,
+        now: Instant,
         to: Psn,
     ) {
         if self.rewound_to == Some(to) {
             return;
         }
+        self.adaptive.on_loss(now);
         if self.retry_left == 0 {
             if !self.migrate(common, counters) {
                 counters.inc(Counter::RetryExceededErr);
@@ -106,6 +112,7 @@ impl Requester {
         }
         self.rnr_until = Some(until);
         self.retrans_at = None;
+        self.adaptive.stop();
         self.rewind(self.una);
         // IBTA 9.7.5.2.8: after the RNR wait the requester resends from
         // the NAK'd PSN. The packets sent after it were in flight: the
@@ -119,6 +126,8 @@ impl Requester {
     /// Moves the send position back (or forward) to `to`, which lies in a
     /// started request or is the first PSN of the first request not started.
     pub(in crate::transport::send) fn rewind(&mut self, to: Psn) {
+        // Karn: what is sent again no longer times a round trip.
+        self.adaptive.forget_sample();
         self.psn = to;
         self.next_pkt = 0;
         for (i, w) in self.sq.iter().enumerate() {
@@ -164,6 +173,7 @@ impl Requester {
         }
         self.retrans_at = None;
         self.rnr_until = None;
+        self.adaptive.stop();
         common.fatal();
     }
 
