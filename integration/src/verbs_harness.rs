@@ -50,7 +50,12 @@ impl Node {
     /// A device on `ip` (a 127.0.0.0/8 address) with a 64 KiB MR.
     pub fn new(ip: &str) -> Node {
         let ip: IpAddr = ip.parse().expect("address");
-        let dev = Device::add(DeviceConfig::on_address(ip)).expect("device");
+        Node::with_config(DeviceConfig::on_address(ip))
+    }
+
+    /// A device as `config` says, with a 64 KiB MR.
+    pub fn with_config(config: DeviceConfig) -> Node {
+        let dev = Device::add(config).expect("device");
         let pd = dev.alloc_pd().expect("pd");
         let cq = dev.create_cq(1024).expect("cq");
         let mr = pd.reg_mr_zeroed(65536, all_access()).expect("mr");

@@ -37,6 +37,10 @@ pub(crate) struct DeviceEngine {
     pub routes: HashMap<u32, QpRoute>,
     pub counts: Counts,
     pub next_id: u32,
+    /// Whether posts to busy RC QPs are corked (`Device::kick_corked`),
+    /// and how many were since the last flush of a verb.
+    pub cork: bool,
+    pub corked: u32,
     events: Option<mpsc::Sender<AsyncEvent>>,
 }
 
@@ -48,6 +52,8 @@ impl DeviceEngine {
             routes: HashMap::new(),
             counts: Counts::default(),
             next_id: 1,
+            cork: true,
+            corked: 0,
             events,
         }
     }

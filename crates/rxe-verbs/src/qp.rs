@@ -11,6 +11,11 @@ use crate::error::{ObjectKind, Result, VerbsError};
 use crate::pd::Pd;
 use crate::srq::{Srq, SrqShared};
 
+/// Posts of at most this many bytes (one packet at the largest path MTU)
+/// may be corked (`Device::kick_corked`). A larger message is a batch of
+/// packets already; holding it back only costs the driver a wake-up.
+const CORK_MAX_LEN: u64 = 4096;
+
 /// `struct ibv_qp_cap`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QpCap {
@@ -238,8 +243,14 @@ impl Qp {
     pub fn post_send(&self, wr: SendWr) -> Result<()> {
         self.check_live()?;
         let mut e = self.pd.dev.lock();
+        let corked =
+            e.cork && wr.data.len() <= CORK_MAX_LEN && e.ep.send_in_flight(self.shared.qpn);
         e.ep.post_send(self.shared.qpn, wr)?;
-        self.pd.dev.kick(e);
+        if corked {
+            self.pd.dev.kick_corked(e);
+        } else {
+            self.pd.dev.kick(e);
+        }
         Ok(())
     }
 
@@ -248,13 +259,19 @@ impl Qp {
     pub fn post_send_list(&self, wrs: Vec<SendWr>) -> Result<(), (usize, VerbsError)> {
         self.check_live().map_err(|e| (0, e))?;
         let mut e = self.pd.dev.lock();
+        let small = wrs.iter().all(|w| w.data.len() <= CORK_MAX_LEN);
+        let corked = e.cork && small && e.ep.send_in_flight(self.shared.qpn);
         for (i, wr) in wrs.into_iter().enumerate() {
             if let Err(err) = e.ep.post_send(self.shared.qpn, wr) {
                 self.pd.dev.kick(e);
                 return Err((i, err.into()));
             }
         }
-        self.pd.dev.kick(e);
+        if corked {
+            self.pd.dev.kick_corked(e);
+        } else {
+            self.pd.dev.kick(e);
+        }
         Ok(())
     }
 

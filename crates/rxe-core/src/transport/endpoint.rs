@@ -384,6 +384,18 @@ impl Endpoint {
         Ok(())
     }
 
+    /// Whether RC QP `qpn` has PSNs sent and not yet acknowledged: their
+    /// responses are coming, and whoever takes them (a driver turn, a busy
+    /// poll) transmits what is queued then. A device may hold a new post's
+    /// packets back until that moment, so that they leave together (as
+    /// Linux TCP's autocorking holds small writes while earlier ones are
+    /// still queued).
+    pub fn send_in_flight(&self, qpn: u32) -> bool {
+        self.qps
+            .get(&qpn)
+            .is_some_and(|qp| qp.common.qp_type() == QpType::Rc && qp.req.in_flight())
+    }
+
     /// `ibv_post_recv`; refused with `QpHasSrq` on a QP attached to an SRQ.
     pub fn post_recv(&mut self, qpn: u32, wr: RecvWr) -> Result<(), PostError> {
         let qp = self.qps.get_mut(&qpn).ok_or(PostError::NoSuchQp(qpn))?;

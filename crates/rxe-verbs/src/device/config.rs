@@ -59,6 +59,11 @@ pub struct DeviceConfig {
     /// as NVIDIA's adaptive retransmission): on unless
     /// `RXE_ADAPTIVE_RETRANS=0` ([`DeviceConfig::default_adaptive_retransmit`]).
     pub adaptive_retransmit: bool,
+    /// A post to an RC QP with packets already in flight leaves its
+    /// packets queued for a moment, so that consecutive posts go out in
+    /// one batch (`Device::kick_corked`): on unless `RXE_CORK=0`
+    /// ([`DeviceConfig::default_cork`]).
+    pub cork: bool,
 }
 
 /// What a device on a target would report, read from the host without
@@ -105,7 +110,7 @@ impl DeviceConfig {
 
     /// A device on `target`, named `rxeN`, with every setting as the
     /// environment says (`RXE_GSO`, `RXE_ECN`, `RXE_SOURCE_PORTS`,
-    /// `RXE_FAULTS`, `RXE_ADAPTIVE_RETRANS`) and no capture.
+    /// `RXE_FAULTS`, `RXE_ADAPTIVE_RETRANS`, `RXE_CORK`) and no capture.
     pub fn on(target: Target) -> DeviceConfig {
         DeviceConfig {
             name: None,
@@ -116,6 +121,7 @@ impl DeviceConfig {
             source_ports: DeviceConfig::default_source_ports(),
             faults: DeviceConfig::default_faults(),
             adaptive_retransmit: DeviceConfig::default_adaptive_retransmit(),
+            cork: DeviceConfig::default_cork(),
         }
     }
 
@@ -161,6 +167,12 @@ impl DeviceConfig {
     /// timer then retransmits, as in kernel rxe).
     pub fn default_adaptive_retransmit() -> bool {
         std::env::var_os("RXE_ADAPTIVE_RETRANS").is_none_or(|v| v != "0")
+    }
+
+    /// Corking of posts to busy RC QPs unless told: on, but for
+    /// `RXE_CORK=0` in the environment (every post then sends at once).
+    pub fn default_cork() -> bool {
+        std::env::var_os("RXE_CORK").is_none_or(|v| v != "0")
     }
 
     /// Whether devices use UDP GSO/GRO unless told: yes, but for

@@ -28,6 +28,14 @@ mod config;
 mod discovery;
 
 pub use config::{DeviceConfig, Probe, Target};
+
+/// At most this many posts in a row are corked ([`Device::kick_corked`]):
+/// a batch of that many packets is past where batching gains more.
+const CORK_MAX: u32 = 32;
+/// Corked packets leave at the latest this long after the first post
+/// corked: about one loopback round trip, so a program that posts and then
+/// stops polling waits no longer for them than for an ACK.
+const CORK_DELAY: Duration = Duration::from_micros(20);
 use discovery::{discover, node_guid, port_attr, qpn_start, Discovered};
 
 /// The device's only port.
@@ -165,7 +173,8 @@ impl Device {
         ep.set_gid_table(bind.iter().map(|ip| Some(gid_of(*ip))).collect());
         ep.set_congestion(config.congestion);
         ep.set_adaptive_retransmit(config.adaptive_retransmit);
-        let engine = DeviceEngine::new(ep, events.sender());
+        let mut engine = DeviceEngine::new(ep, events.sender());
+        engine.cork = config.cork;
         let engine = Arc::new(Mutex::new(engine));
         let driver = Driver::spawn(net.clone(), engine.clone())?;
         let waker = driver.waker();
@@ -504,12 +513,35 @@ impl DeviceShared {
     /// ready now (on the caller's thread, for latency), deliver
     /// completions, and tell the driver the next deadline.
     pub(crate) fn kick(&self, mut e: MutexGuard<'_, DeviceEngine>) {
+        e.corked = 0;
         e.dispatch();
         self.net.flush(&mut *e);
         let deadline = rxe_net::Engine::poll_timeout(&mut *e);
         drop(e);
         self.waker.notify_deadline(deadline);
         // The driver may have skipped a turn while we held the lock.
+        self.waker.after_unlock();
+    }
+
+    /// After a small post to an RC QP that already had packets in flight: leave
+    /// the new packets queued (corked), so that consecutive posts go out
+    /// together in one batch (one GSO send of same-size packets) instead of
+    /// one system call each. They leave at the first of: the next turn
+    /// that takes the responses already coming (driver thread or busy
+    /// poll), [`CORK_MAX`] corked posts, or [`CORK_DELAY`] from now, for
+    /// which the driver is given a deadline. A post to an idle QP is never
+    /// corked: the latency path is [`Device::kick`]. (Linux TCP's
+    /// autocorking makes the same bet: while earlier data is still queued,
+    /// a small write waits a little.)
+    pub(crate) fn kick_corked(&self, mut e: MutexGuard<'_, DeviceEngine>) {
+        e.corked += 1;
+        if e.corked >= CORK_MAX {
+            return self.kick(e);
+        }
+        let cork_end = self.net.clock().now().saturating_add(CORK_DELAY);
+        let deadline = rxe_net::Engine::poll_timeout(&mut *e).map_or(cork_end, |d| d.min(cork_end));
+        drop(e);
+        self.waker.notify_deadline(Some(deadline));
         self.waker.after_unlock();
     }
 

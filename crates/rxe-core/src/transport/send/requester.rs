@@ -305,6 +305,11 @@ impl Requester {
         }
     }
 
+    /// Whether PSNs are sent and not yet acknowledged.
+    pub(crate) fn in_flight(&self) -> bool {
+        self.una != self.high
+    }
+
     /// The next deadline: the transport timer, an early retransmission
     /// or the end of an RNR wait.
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
