@@ -102,4 +102,15 @@ fn bench_quick_prints_every_figure_beside_its_baseline() {
     // figure is the first row's.
     assert!(body[6][7].contains("rxe itself") && body[7][7].contains("rxe itself"));
     assert_eq!(body[7][2], body[0][1]);
+    // After the table, the idle QP's memory in KiB.
+    let idle = out
+        .stdout
+        .iter()
+        .find_map(|l| l.strip_prefix("Idle RC QP in RTS: "))
+        .unwrap_or_else(|| panic!("no idle-QP line: {}", out.text()));
+    let kib: f64 = idle
+        .split_once(" KiB each")
+        .and_then(|(v, _)| v.parse().ok())
+        .unwrap_or_else(|| panic!("idle-QP line: {idle:?}"));
+    assert!(kib >= 0.0 && kib.is_finite(), "{idle:?}");
 }

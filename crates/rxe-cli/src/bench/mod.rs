@@ -4,13 +4,15 @@
 //! The raw UDP baselines ([`raw`]) run as two threads of this process on
 //! 127.0.0.152-155; the rxe figures ([`perf_run`]) run `rxe perf` as two
 //! child processes on 127.0.0.150 and .151, each with its own device, as
-//! a user runs perftest. Every measurement lasts about `--duration`
+//! a user runs perftest; [`idle_qp`] measures an idle QP's memory on
+//! 127.0.0.156. Every measurement lasts about `--duration`
 //! seconds (the rxe ones by an iteration count picked for it), so a run
 //! is bounded; `--quick` makes each a fraction of a second (the smoke
 //! test). The machine may be busy: compare ratios of one run, and take
 //! medians of several runs. [`table`] prints the result.
 
 mod cpu;
+mod idle_qp;
 mod perf_run;
 mod raw;
 mod table;
@@ -65,6 +67,10 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     };
     let perf = |args: &[&str]| perf_env(args, &[]);
 
+    // First, while the heap is fresh, so that the QPs take new pages
+    // rather than ones freed by the runs before.
+    eprintln!("rxe bench: idle QP memory");
+    let idle = idle_qp::measure(if args.quick { 1_000 } else { 10_000 })?;
     eprintln!("rxe bench: raw UDP, {secs} s each");
     let gso = raw::gso_gro(RAW_A, RAW_B, ROCE_4K, d)?;
     let mmsg = raw::mmsg(RAW_A, RAW_B, ROCE_4K, d)?;
@@ -217,5 +223,10 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         "rxe itself, lossless (not raw UDP)",
     ));
     print!("{}", table::render(&rows, secs));
+    println!(
+        "\nIdle RC QP in RTS: {:.2} KiB each (resident-set growth over {} QPs; goal <= 16 KiB)",
+        idle.bytes_per_qp / 1024.0,
+        idle.qps
+    );
     Ok(ExitCode::SUCCESS)
 }
