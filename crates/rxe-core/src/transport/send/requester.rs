@@ -340,6 +340,9 @@ impl Requester {
                 // retransmission in progress: that one was lost too.
                 self.rewound_to = None;
                 self.retry_from(common, counters, now, self.una);
+                // The early deadline starts over with the round this sends
+                // (`on_sent`), rather than firing on top of it.
+                self.adaptive.stop();
                 return;
             }
         }
