@@ -7,6 +7,7 @@
 //! run each phase longer). The machine is noisy: compare the ratios, and
 //! run it twice.
 
+use rxe_core::Gid;
 use std::net::UdpSocket;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -133,7 +134,7 @@ fn rxe_write_stream(a: &Node, b: &Node, d: Duration) -> f64 {
     done as f64 * size as f64 / el
 }
 
-fn up_4096(qp: &Qp, dest: u32, dgid: [u8; 16]) {
+fn up_4096(qp: &Qp, dest: u32, dgid: Gid) {
     let ready = ReadyParams::Rc {
         sq_psn: Psn::new(0),
         remote: RemoteQp {

@@ -16,18 +16,15 @@
 
 mod capture;
 
+use rxe_core::Gid;
 use std::net::Ipv4Addr;
 use std::process::Command;
 
 use rxe_cm::ip_cm::{parse_service_id, IpCmHeader, PortSpace};
 use rxe_cm::mad::{self, CmMad, CmMessage, MadDescribe, Req};
 
-fn v4_gid(a: [u8; 4]) -> [u8; 16] {
-    let mut g = [0u8; 16];
-    g[10] = 0xff;
-    g[11] = 0xff;
-    g[12..].copy_from_slice(&a);
-    g
+fn v4_gid(a: [u8; 4]) -> Gid {
+    Gid::from(std::net::Ipv4Addr::from(a))
 }
 
 fn rping_mads() -> Vec<capture::CapturedMad> {

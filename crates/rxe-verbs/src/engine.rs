@@ -2,6 +2,7 @@
 //! reaches memory through, the GID table, and where each QP's completions
 //! go. It is what [`rxe_net::Engine`] drives, under the device's lock.
 
+use rxe_core::Gid;
 use std::collections::HashMap;
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -107,11 +108,11 @@ impl DeviceEngine {
     /// connected QP's packets against it); an empty slot is `None` (a
     /// removed address leaves a hole so that the other indexes stay put, as
     /// in the kernel).
-    pub fn gids(&self) -> &[Option<[u8; 16]>] {
+    pub fn gids(&self) -> &[Option<Gid>] {
         self.ep.gid_table()
     }
 
-    pub fn gid(&self, index: u8) -> Option<[u8; 16]> {
+    pub fn gid(&self, index: u8) -> Option<Gid> {
         self.gids().get(index as usize).copied().flatten()
     }
 }
@@ -133,7 +134,7 @@ impl rxe_net::Engine for DeviceEngine {
         self.ep.handle_timeout(now);
     }
 
-    fn source_gid(&self, sgid_index: u8) -> Option<[u8; 16]> {
+    fn source_gid(&self, sgid_index: u8) -> Option<Gid> {
         self.gid(sgid_index)
     }
 

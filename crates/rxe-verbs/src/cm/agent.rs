@@ -5,6 +5,7 @@
 //! the endpoint's events into [`RdmaCmEvent`]s on the IDs' channels and
 //! takes the IDs' QPs through RTR and RTS as the REP and RTU go by.
 
+use rxe_core::Gid;
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
@@ -48,7 +49,7 @@ pub(crate) struct AgentState {
     /// The listening ID of each ServiceID.
     pub listeners: HashMap<u64, Weak<IdShared>>,
     /// Our GID index to answer each peer GID from.
-    pub sgid_for: HashMap<[u8; 16], u8>,
+    pub sgid_for: HashMap<Gid, u8>,
     pub gsi: GsiCounters,
     /// Requests waiting up to [`LISTEN_GRACE`](super::parked::LISTEN_GRACE) for a listener.
     parked: ParkedRequests,

@@ -8,6 +8,7 @@
 //! are those of libibverbs, so that the verbs layer converts raw values
 //! with `from_bits`/`from_ibv` and nothing else.
 
+use crate::wire::Gid;
 use core::fmt;
 use core::ops::BitOr;
 use core::time::Duration;
@@ -364,7 +365,7 @@ impl fmt::Display for AccessFlags {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct AddressVector {
     /// Destination GID; for RoCEv2 over IPv4 the IPv4-mapped IPv6 address.
-    pub dgid: [u8; 16],
+    pub dgid: Gid,
     /// Index of the source GID in the port's GID table.
     pub sgid_index: u8,
     /// IPv6 hop limit / IPv4 TTL.
