@@ -3,9 +3,11 @@
 //! requester for the local scatter/gather entries of its work requests
 //! (L_Keys).
 //!
-//! The verbs layer implements [`MemoryAccess`] with its MR table; `VecMemory`
-//! is a small, safe implementation over `Vec<u8>` buffers for the transport
-//! tests and the network simulator.
+//! [`MemoryAccess`] has one implementation, `RegionTable` (the
+//! `region_table` module), which applies the rules below; the verbs
+//! layer's MR table is that table over registered memory, `VecMemory` the
+//! same table over `Vec<u8>` buffers for the transport tests and the
+//! network simulator.
 //!
 //! A responder validates an RETH once per message with
 //! [`MemoryAccess::check_rdma`], keeps the [`Region`] it gets, and copies each
