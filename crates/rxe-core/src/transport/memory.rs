@@ -555,8 +555,9 @@ pub trait MemoryAccess {
     ) -> Result<Region, MemError>;
 
     /// Copies `dst.len()` bytes at `offset` into `region` to `dst`. Errors if
-    /// they are not inside `region` or its key no longer names a region; a
-    /// zero-length copy always succeeds.
+    /// they are not inside `region` (an offset past its end, even for zero
+    /// bytes) or its key no longer names a region; a zero-length copy
+    /// inside it succeeds without looking the region up.
     fn read(&self, region: &Region, offset: usize, dst: &mut [u8]) -> Result<(), MemError>;
 
     /// Copies `src` to `offset` bytes into `region`; errors as [`read`].
