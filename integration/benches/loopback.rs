@@ -7,13 +7,13 @@
 //! run each phase longer). The machine is noisy: compare the ratios, and
 //! run it twice.
 
-use rxe_core::Gid;
 use std::net::UdpSocket;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rxe_core::transport::Psn;
+use rxe_core::Gid;
 use rxe_integration::verbs_harness::*;
 use rxe_verbs::*;
 

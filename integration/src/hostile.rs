@@ -16,7 +16,6 @@
 
 #![forbid(unsafe_code)]
 
-use rxe_core::Gid;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -25,6 +24,7 @@ use rxe_core::wire::{
     AethRepr, AtomicEthRepr, BthRepr, DethRepr, ExtReprs, ImmDtRepr, Opcode, RethRepr,
     TransportRepr,
 };
+use rxe_core::Gid;
 use rxe_net::encap::{self, OpenOptions, RecvInfo, WireHeaders};
 use rxe_net::{RoceSocket, RxBatch};
 

@@ -1,11 +1,11 @@
 //! Helpers for tests that drive real devices over loopback: bring QPs up
 //! the way `ibv_rc_pingpong` does, wait for completions with a deadline.
 
-use rxe_core::Gid;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use rxe_core::transport::Psn;
+use rxe_core::Gid;
 use rxe_verbs::{
     connect, AccessFlags, AddressVector, Cq, Device, DeviceConfig, InitParams, Mr, PathMtu, Pd, Qp,
     QpCap, QpInitAttr, QpType, RcParams, ReadyParams, RemoteQp, WorkCompletion,

@@ -14,13 +14,13 @@
 
 #![forbid(unsafe_code)]
 
-use rxe_core::Gid;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use rxe_core::transport::{Counter, Psn};
 use rxe_core::wire::{AethRepr, NakCode, Opcode, Syndrome};
+use rxe_core::Gid;
 use rxe_integration::hostile::{Answer, HostilePeer, Icrc, Packet};
 use rxe_integration::verbs_harness::*;
 use rxe_verbs::*;

@@ -12,7 +12,6 @@
 //! iproute2, ethtool and dumpcap (scripts/setup.sh installs them); without
 //! them it fails loudly, unless `RXE_SKIP_NETNS=1`.
 
-use rxe_core::Gid;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -21,6 +20,7 @@ use std::time::{Duration, Instant as StdInstant};
 use rxe_core::transport::{AddressVector, Instant, RecvMeta, Transmit, ECN_ECT0};
 use rxe_core::wire::icrc;
 use rxe_core::wire::{BthRepr, ExtReprs, IcrcScope, Opcode, TransportRepr};
+use rxe_core::Gid;
 use rxe_net::encap::{self, OpenOptions, RecvInfo};
 use rxe_net::{Clock, Engine, NetCounter, NetPort, Offload};
 use rxe_pcap::CaptureReader;

@@ -20,10 +20,10 @@
 
 #![forbid(unsafe_code)]
 
-use rxe_core::Gid;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
+use rxe_core::Gid;
 use rxe_integration::lossy_relay::{Faults, LossyRelay};
 use rxe_integration::verbs_harness::{all_access, connect, Node};
 use rxe_verbs::{

@@ -22,7 +22,6 @@
 //! tshark must be on PATH; set `RXE_SKIP_TSHARK=1` to skip where it cannot be
 //! installed.
 
-use rxe_core::Gid;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
@@ -36,6 +35,7 @@ use rxe_core::wire::build::{emit_roce_v2_ethernet, EthernetAddrs, RoceV2Ip};
 use rxe_core::wire::dissect::dissect;
 use rxe_core::wire::frame::LinkType;
 use rxe_core::wire::{BthRepr, DethRepr, ExtReprs, Opcode, TransportRepr};
+use rxe_core::Gid;
 use rxe_integration::tshark::{self, bytes, num, Row};
 
 /// Expert severities (epan/proto.h): PI_WARN and above fail the test.

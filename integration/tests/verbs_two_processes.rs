@@ -4,11 +4,11 @@
 //! exchange QP numbers, keys and addresses as text lines over the child's
 //! stdin and stdout, the way applications use a TCP side channel.
 
-use rxe_core::Gid;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use rxe_core::Gid;
 use rxe_integration::verbs_harness::*;
 use rxe_verbs::*;
 

@@ -16,12 +16,12 @@
 
 mod capture;
 
-use rxe_core::Gid;
 use std::net::Ipv4Addr;
 use std::process::Command;
 
 use rxe_cm::ip_cm::{parse_service_id, IpCmHeader, PortSpace};
 use rxe_cm::mad::{self, CmMad, CmMessage, MadDescribe, Req};
+use rxe_core::Gid;
 
 fn v4_gid(a: [u8; 4]) -> Gid {
     Gid::from(std::net::Ipv4Addr::from(a))

@@ -4,12 +4,12 @@
 
 mod sim;
 
-use rxe_core::Gid;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use rxe_core::transport::{Counter, Instant, QpType};
 use rxe_core::wire::{AethRepr, BthRepr, ExtReprs, Opcode, Syndrome, TransportRepr};
+use rxe_core::Gid;
 use sim::{for_seeds, ipv4_checksum_ok, Fate, Faults, Rng, Sim, Verdict};
 
 /// Transport bytes of an RC SEND ONLY to `dest_qp` with `payload`, with

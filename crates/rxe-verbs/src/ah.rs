@@ -2,11 +2,11 @@
 //! send goes. On RoCEv2 the address is a GID (an IP address) and the GRH
 //! fields become the IP header's.
 
-use rxe_core::Gid;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use rxe_core::transport::{AddressVector, UdDest, WorkCompletion};
+use rxe_core::Gid;
 
 use crate::device::PORT;
 use crate::error::{ObjectKind, Result, VerbsError};

@@ -2,7 +2,6 @@
 //! reaches memory through, the GID table, and where each QP's completions
 //! go. It is what [`rxe_net::Engine`] drives, under the device's lock.
 
-use rxe_core::Gid;
 use std::collections::HashMap;
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -10,6 +9,7 @@ use std::sync::Arc;
 use rxe_core::transport::{
     AsyncEvent as CoreEvent, Endpoint, Instant, RecvMeta, Transmit, WorkCompletion, WorkQueue,
 };
+use rxe_core::Gid;
 
 use crate::cq::CqShared;
 use crate::event::AsyncEvent;

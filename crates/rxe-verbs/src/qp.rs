@@ -1,10 +1,10 @@
 //! Queue pairs (`ibv_create_qp`, `ibv_modify_qp`, `ibv_post_send`, ...).
 
-use rxe_core::Gid;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use rxe_core::transport::{AttrMask, QpAttr, QpInit, QpState, QpType, RecvWr, SendWr};
+use rxe_core::Gid;
 
 use crate::cq::{Cq, CqShared};
 use crate::engine::QpRoute;

@@ -77,12 +77,12 @@
 //!   TransactionID (as the kernel's do in rping.pcap); ours are
 //!   `tid_high << 32 | local communication ID`. A DREP carries the DREQ's.
 
-use rxe_core::Gid;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use core::time::Duration;
 
 use rxe_core::transport::Instant;
+use rxe_core::Gid;
 use tracing::debug;
 
 use crate::counters::{CmCounter, CmCounters};

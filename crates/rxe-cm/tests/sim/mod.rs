@@ -5,7 +5,6 @@
 
 #![allow(dead_code)]
 
-use rxe_core::Gid;
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};
 
@@ -14,6 +13,7 @@ use core::time::Duration;
 use rxe_cm::mad::{RejectReason, SidrStatus, MAD_LEN};
 use rxe_cm::{AcceptParams, CmConfig, CmEndpoint, CmEvent, CommId, MadAddr, SidrReply};
 use rxe_core::transport::Instant;
+use rxe_core::Gid;
 
 /// splitmix64: one line of a published generator, pinned here so a seed
 /// names the same trace forever.

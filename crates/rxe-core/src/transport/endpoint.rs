@@ -22,7 +22,6 @@
 //! (`poll_timeout`) becomes the time it is. A QP that never got a CNP has
 //! no DCQCN state and pays one `Option` check per packet.
 
-use crate::wire::Gid;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use super::congestion::{emit_cnp, CongestionConfig, Notifier};
@@ -40,7 +39,7 @@ use super::recv::{Responder, Srq, SrqAttr, SrqInit};
 use super::send::Requester;
 use super::time::Instant;
 use super::wr::{RecvWr, SendWr, WorkCompletion};
-use crate::wire::{Operation, Transport, TransportPacket, TransportRepr};
+use crate::wire::{Gid, Operation, Transport, TransportPacket, TransportRepr};
 
 /// The QPN of the general services interface (IBTA 3.5.1).
 pub const GSI_QPN: u32 = 1;

@@ -16,8 +16,9 @@
 //! still receives one copy), and the limits below. Detaching a QP
 //! that is not attached is an error (EINVAL there).
 
-use crate::wire::Gid;
 use std::collections::HashMap;
+
+use crate::wire::Gid;
 
 /// The destination QPN of a multicast packet (the "permissive" QPN).
 pub const MULTICAST_QPN: u32 = 0xff_ffff;

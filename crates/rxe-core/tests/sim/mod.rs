@@ -16,7 +16,6 @@
 pub mod net;
 pub mod rng;
 
-use rxe_core::Gid;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
@@ -28,6 +27,7 @@ use rxe_core::transport::{
 use rxe_core::wire::build::{emit_roce_v2, RoceV2Ip};
 use rxe_core::wire::frame::{decode, LinkType};
 use rxe_core::wire::{icrc, TransportRepr};
+use rxe_core::Gid;
 
 #[allow(unused_imports)]
 pub use net::{Bottleneck, Fate, Faults, Filter, LogEntry, Net, NetStats, PacketInfo, Verdict};

@@ -5,7 +5,6 @@
 //! the endpoint's events into [`RdmaCmEvent`]s on the IDs' channels and
 //! takes the IDs' QPs through RTR and RTS as the REP and RTU go by.
 
-use rxe_core::Gid;
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
@@ -14,6 +13,7 @@ use std::time::Duration;
 use rxe_cm::mad::RejectReason;
 use rxe_cm::{CmConfig, CmEndpoint, CmEvent, CommId};
 use rxe_core::transport::{Instant, QpAttr, QpState};
+use rxe_core::Gid;
 
 use super::channel::RdmaCmEvent;
 use super::gsi::{Gsi, GsiDrop, GsiRecv};

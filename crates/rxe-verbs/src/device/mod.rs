@@ -6,7 +6,6 @@
 //! that keeps the GID table and the port state in step with the host's
 //! addresses, and the thread that delivers asynchronous events.
 
-use rxe_core::Gid;
 use std::any::Any;
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -16,6 +15,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use rxe_core::transport::{CongestionConfig, Endpoint, PathMtu, QpCaps};
+use rxe_core::Gid;
 use rxe_net::{Clock, Driver, DriverWaker, NetPort, Offload, PcapTap};
 
 use crate::attr::{DeviceAttr, GidEntry, GidType, LinkLayer, PortAttr, PortState};

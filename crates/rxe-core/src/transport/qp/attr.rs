@@ -8,12 +8,12 @@
 //! are those of libibverbs, so that the verbs layer converts raw values
 //! with `from_bits`/`from_ibv` and nothing else.
 
-use crate::wire::Gid;
 use core::fmt;
 use core::ops::BitOr;
 use core::time::Duration;
 
 use crate::wire::aeth::rnr_timer_micros;
+use crate::wire::Gid;
 
 /// The transport service of a QP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
