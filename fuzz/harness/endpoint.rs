@@ -40,6 +40,7 @@ use rxe_core::transport::{
     SendData, SendOp, SendWr, Sge, UdDest, VecMemory,
 };
 use rxe_core::wire::TransportRepr;
+use rxe_core::Gid;
 
 /// The PD of every QP.
 pub const PD: u32 = 1;
@@ -143,18 +144,12 @@ pub struct Harness {
     pub transmitted: u64,
 }
 
-fn peer_gid() -> [u8; 16] {
-    let mut g = [0u8; 16];
-    g[10] = 0xff;
-    g[11] = 0xff;
-    g[12..].copy_from_slice(&[127, 0, 0, 2]);
-    g
+fn peer_gid() -> Gid {
+    Gid::from(std::net::Ipv4Addr::new(127, 0, 0, 2))
 }
 
-fn local_gid() -> [u8; 16] {
-    let mut g = peer_gid();
-    g[15] = 1;
-    g
+fn local_gid() -> Gid {
+    Gid::from(std::net::Ipv4Addr::new(127, 0, 0, 1))
 }
 
 fn up(ep: &mut Endpoint, qpn: u32, qp_type: QpType, rq_psn: u32) {

@@ -141,7 +141,7 @@ fn send_wr(b: &mut Bytes<'_>, out: &mut Outcome) {
     let w = CSendWr { sges: &sges, ..w };
     let inline_bytes: Vec<u8> = sges.iter().map(|s| s.length as u8).collect();
     let av = AddressVector {
-        dgid: [b.u8(); 16],
+        dgid: rxe_core::Gid::from([b.u8(); 16]),
         sgid_index: 0,
         hop_limit: 64,
         traffic_class: 0,
@@ -353,7 +353,7 @@ fn qp_attr(b: &mut Bytes<'_>, out: &mut Outcome) {
         assert_eq!(f.bits() as i32, a.qp_access_flags & 0xf);
     }
     if let Some(av) = q.av {
-        assert_eq!(av.dgid, a.ah_attr.grh.dgid);
+        assert_eq!(av.dgid, rxe_core::Gid::from(a.ah_attr.grh.dgid));
         assert_eq!(av.flow_label, a.ah_attr.grh.flow_label);
     }
     // Back to C and in again: the same attributes.

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rxe_core::transport::Psn;
+use rxe_core::Gid;
 use rxe_integration::verbs_harness::*;
 use rxe_verbs::*;
 
@@ -133,7 +134,7 @@ fn rxe_write_stream(a: &Node, b: &Node, d: Duration) -> f64 {
     done as f64 * size as f64 / el
 }
 
-fn up_4096(qp: &Qp, dest: u32, dgid: [u8; 16]) {
+fn up_4096(qp: &Qp, dest: u32, dgid: Gid) {
     let ready = ReadyParams::Rc {
         sq_psn: Psn::new(0),
         remote: RemoteQp {

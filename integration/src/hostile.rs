@@ -24,16 +24,12 @@ use rxe_core::wire::{
     AethRepr, AtomicEthRepr, BthRepr, DethRepr, ExtReprs, ImmDtRepr, Opcode, RethRepr,
     TransportRepr,
 };
+use rxe_core::Gid;
 use rxe_net::encap::{self, OpenOptions, RecvInfo, WireHeaders};
 use rxe_net::{RoceSocket, RxBatch};
 
 /// The RoCEv2 UDP port.
 pub const ROCE_PORT: u16 = 4791;
-
-/// The GID of an IP address (`::ffff:a.b.c.d` for IPv4).
-pub fn gid(ip: IpAddr) -> [u8; 16] {
-    rxe_net::netif::gid_of(ip)
-}
 
 /// One packet being built: BTH .. pad, then 4 ICRC bytes. `bytes` is public
 /// so that a test can corrupt any byte before sending.
@@ -400,8 +396,8 @@ impl HostilePeer {
         self.sock.local_addr()
     }
 
-    pub fn gid(&self) -> [u8; 16] {
-        gid(self.addr().ip())
+    pub fn gid(&self) -> Gid {
+        Gid::from(self.addr().ip())
     }
 
     /// Datagrams sent so far.

@@ -5,6 +5,7 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use rxe_core::transport::Psn;
+use rxe_core::Gid;
 use rxe_verbs::{
     connect, AccessFlags, AddressVector, Cq, Device, DeviceConfig, InitParams, Mr, PathMtu, Pd, Qp,
     QpCap, QpInitAttr, QpType, RcParams, ReadyParams, RemoteQp, WorkCompletion,
@@ -62,7 +63,7 @@ impl Node {
         Node { dev, pd, cq, mr }
     }
 
-    pub fn gid(&self) -> [u8; 16] {
+    pub fn gid(&self) -> Gid {
         self.dev.query_gid(1, 0).expect("gid 0")
     }
 
@@ -124,7 +125,7 @@ pub fn assert_quiet(cq: &Cq, d: Duration) {
 
 /// RESET → INIT → RTR → RTS as `ibv_rc_pingpong` does (MTU 1024,
 /// min_rnr_timer 12, timeout 14, retry_cnt 7, rnr_retry 7), for RC or UC.
-pub fn connect(qp: &Qp, dest_qpn: u32, dgid: [u8; 16], sq_psn: u32, rq_psn: u32) {
+pub fn connect(qp: &Qp, dest_qpn: u32, dgid: Gid, sq_psn: u32, rq_psn: u32) {
     connect_with(qp, dest_qpn, dgid, sq_psn, rq_psn, 0, all_access());
 }
 
@@ -132,7 +133,7 @@ pub fn connect(qp: &Qp, dest_qpn: u32, dgid: [u8; 16], sq_psn: u32, rq_psn: u32)
 pub fn connect_with(
     qp: &Qp,
     dest_qpn: u32,
-    dgid: [u8; 16],
+    dgid: Gid,
     sq_psn: u32,
     rq_psn: u32,
     pkey_index: u16,

@@ -426,7 +426,7 @@ fn multicast_join_send_and_leave() {
     let RdmaCmEvent::MulticastJoin { av, ud, .. } = next(&rch) else {
         panic!("no MulticastJoin")
     };
-    assert_eq!(av.dgid, gid_of(group));
+    assert_eq!(av.dgid, Gid::from(group));
     assert_eq!((ud.qp_num, ud.qkey), (0xff_ffff, cm::RDMA_UDP_QKEY));
     // A send-only join attaches nothing: the sender's QP hears nothing.
     tid.join_multicast(group, true).unwrap();

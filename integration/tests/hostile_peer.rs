@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use rxe_core::transport::{Counter, Psn};
 use rxe_core::wire::{AethRepr, NakCode, Opcode, Syndrome};
+use rxe_core::Gid;
 use rxe_integration::hostile::{Answer, HostilePeer, Icrc, Packet};
 use rxe_integration::verbs_harness::*;
 use rxe_verbs::*;
@@ -293,7 +294,7 @@ impl Lab {
 /// RESET -> INIT -> RTR -> RTS toward the peer, as `ibv_rc_pingpong` does
 /// (MTU 1024) but with a 4.3 s retransmit timer (timeout 20), so that the
 /// victim's own resends never show up inside a case's silence window.
-fn connect_to_peer(qp: &Qp, dgid: [u8; 16], pkey_index: u16) {
+fn connect_to_peer(qp: &Qp, dgid: Gid, pkey_index: u16) {
     let rc = qp.qp_type() == QpType::Rc;
     qp.modify(&QpAttr {
         qp_state: Some(QpState::Init),

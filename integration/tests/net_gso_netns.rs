@@ -20,8 +20,8 @@ use std::time::{Duration, Instant as StdInstant};
 use rxe_core::transport::{AddressVector, Instant, RecvMeta, Transmit, ECN_ECT0};
 use rxe_core::wire::icrc;
 use rxe_core::wire::{BthRepr, ExtReprs, IcrcScope, Opcode, TransportRepr};
+use rxe_core::Gid;
 use rxe_net::encap::{self, OpenOptions, RecvInfo};
-use rxe_net::netif::gid_of;
 use rxe_net::{Clock, Engine, NetCounter, NetPort, Offload};
 use rxe_pcap::CaptureReader;
 
@@ -49,7 +49,7 @@ impl Engine for Script {
         Some(Transmit {
             len: p.len(),
             dest: AddressVector {
-                dgid: gid_of(IpAddr::V4(PEER)),
+                dgid: Gid::from(IpAddr::V4(PEER)),
                 sgid_index: 0,
                 hop_limit: 64,
                 traffic_class: *tos,
@@ -67,8 +67,8 @@ impl Engine for Script {
 
     fn handle_timeout(&mut self, _: Instant) {}
 
-    fn source_gid(&self, sgid_index: u8) -> Option<[u8; 16]> {
-        (sgid_index == 0).then(|| gid_of(IpAddr::V4(LOCAL)))
+    fn source_gid(&self, sgid_index: u8) -> Option<Gid> {
+        (sgid_index == 0).then(|| Gid::from(IpAddr::V4(LOCAL)))
     }
 }
 

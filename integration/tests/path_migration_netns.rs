@@ -49,14 +49,14 @@ fn a_cut_primary_path_moves_the_connection_to_its_alternate() {
 /// The GID index of `ip` on `dev`.
 fn gid_index(dev: &Device, ip: &str) -> u8 {
     let ip: IpAddr = ip.parse().unwrap();
-    dev.find_gid(&gid_of(ip))
+    dev.find_gid(&Gid::from(ip))
         .unwrap_or_else(|| panic!("{ip} is not in {}'s GID table", dev.name()))
         .1
 }
 
 fn path(dev: &Device, from: &str, to: &str) -> AddressVector {
     AddressVector {
-        dgid: gid_of(to.parse().unwrap()),
+        dgid: Gid::from(to.parse::<std::net::IpAddr>().unwrap()),
         sgid_index: gid_index(dev, from),
         hop_limit: 64,
         ..Default::default()
@@ -197,7 +197,7 @@ fn inner_cut_primary_path() {
         assert_eq!(info.attr.path_mig_state, Some(MigState::Migrated), "{n}");
         assert_eq!(
             info.attr.av.unwrap().dgid,
-            gid_of(alt.parse().unwrap()),
+            Gid::from(alt.parse::<std::net::IpAddr>().unwrap()),
             "{n}"
         );
         assert_eq!(info.attr.alt_path, None, "{n}");

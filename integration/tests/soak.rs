@@ -23,6 +23,7 @@
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
+use rxe_core::Gid;
 use rxe_integration::lossy_relay::{Faults, LossyRelay};
 use rxe_integration::verbs_harness::{all_access, connect, Node};
 use rxe_verbs::{
@@ -70,17 +71,6 @@ fn rss() -> u64 {
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
-}
-
-fn gid(a: IpAddr) -> [u8; 16] {
-    let IpAddr::V4(v4) = a else {
-        panic!("IPv4 only")
-    };
-    let mut g = [0u8; 16];
-    g[10] = 0xff;
-    g[11] = 0xff;
-    g[12..].copy_from_slice(&v4.octets());
-    g
 }
 
 /// xorshift64: the workload's sizes and operands, from the seed.
@@ -393,8 +383,8 @@ fn soak_traffic() {
         let (qa, qb) = (qp(&a), qp(&b));
         let (pa, pb) = (0x1000 + i as u32 * 7, 0x80_0000 + i as u32 * 13);
         // Each side is connected to the relay's address that faces it.
-        connect(&qa, qb.qp_num(), gid(ra), pa, pb);
-        connect(&qb, qa.qp_num(), gid(rb), pb, pa);
+        connect(&qa, qb.qp_num(), Gid::from(ra), pa, pb);
+        connect(&qb, qa.qp_num(), Gid::from(rb), pb, pa);
         lanes.push(Lane {
             qa,
             qb,

@@ -35,6 +35,7 @@ use rxe_core::wire::build::{emit_roce_v2_ethernet, EthernetAddrs, RoceV2Ip};
 use rxe_core::wire::dissect::dissect;
 use rxe_core::wire::frame::LinkType;
 use rxe_core::wire::{BthRepr, DethRepr, ExtReprs, Opcode, TransportRepr};
+use rxe_core::Gid;
 use rxe_integration::tshark::{self, bytes, num, Row};
 
 /// Expert severities (epan/proto.h): PI_WARN and above fail the test.
@@ -151,13 +152,6 @@ fn events(ep: &mut CmEndpoint) -> Vec<CmEvent> {
     std::iter::from_fn(|| ep.poll_event()).collect()
 }
 
-fn gid_of(a: IpAddr) -> [u8; 16] {
-    match a {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
-        IpAddr::V6(v6) => v6.octets(),
-    }
-}
-
 /// The conversation: every MAD both endpoints emit, in order.
 fn conversation(a_ip: IpAddr, b_ip: IpAddr) -> Vec<Sent> {
     let mut log = Vec::new();
@@ -171,7 +165,7 @@ fn conversation(a_ip: IpAddr, b_ip: IpAddr) -> Vec<Sent> {
         first_comm_id: 0xcfc4_f2c8,
         ..CmConfig::new(0x5054_00ff_fe99_0002)
     });
-    let (a_addr, b_addr) = (MadAddr::gsi(gid_of(a_ip)), MadAddr::gsi(gid_of(b_ip)));
+    let (a_addr, b_addr) = (MadAddr::gsi(Gid::from(a_ip)), MadAddr::gsi(Gid::from(b_ip)));
     let sid = service_id(PortSpace::Tcp, 7174);
     b.listen(sid).unwrap();
 
@@ -181,7 +175,7 @@ fn conversation(a_ip: IpAddr, b_ip: IpAddr) -> Vec<Sent> {
         src: a_ip,
         dst: b_ip,
     };
-    let mut p = ConnectParams::rc(sid, 0x24, 0xec53de, gid_of(a_ip), gid_of(b_ip));
+    let mut p = ConnectParams::rc(sid, 0x24, 0xec53de, Gid::from(a_ip), Gid::from(b_ip));
     p.private_data = ip_cm
         .with_user_data(b"hello", mad::req::PRIVATE_DATA_LEN)
         .unwrap();
@@ -221,7 +215,7 @@ fn conversation(a_ip: IpAddr, b_ip: IpAddr) -> Vec<Sent> {
     assert!(matches!(ev[..], [CmEvent::Disconnected { .. }]), "{ev:?}");
 
     // A second REQ, refused with a REJ (consumer reject, private data).
-    let mut p = ConnectParams::rc(sid, 0x26, 0x1234, gid_of(a_ip), gid_of(b_ip));
+    let mut p = ConnectParams::rc(sid, 0x26, 0x1234, Gid::from(a_ip), Gid::from(b_ip));
     p.private_data = ip_cm
         .with_user_data(&[], mad::req::PRIVATE_DATA_LEN)
         .unwrap();

@@ -988,7 +988,10 @@ fn queries_report_the_port_and_its_tables() {
     assert_eq!(p.active_mtu, PathMtu::Mtu4096, "loopback's 65536-byte MTU");
     let gids = a.dev.gid_table(1).unwrap();
     assert_eq!(gids.len(), 1);
-    assert_eq!(gids[0].gid, gid_of("127.0.24.1".parse().unwrap()));
+    assert_eq!(
+        gids[0].gid,
+        Gid::from("127.0.24.1".parse::<std::net::IpAddr>().unwrap())
+    );
     assert_eq!(a.dev.find_gid(&gids[0].gid), Some((1, 0)));
     assert_eq!(a.dev.query_pkey(1, 0).unwrap(), 0xffff);
     assert_eq!(a.dev.find_pkey(1, 0xffff), Some(0));
@@ -1085,7 +1088,7 @@ fn ud_multicast_reaches_every_attached_qp_on_every_device() {
     for q in [&qa, &qb1, &qb2, &qc] {
         ud_up(q, 0x1111_1111, 0);
     }
-    let mgid = gid_of("239.27.0.1".parse().unwrap());
+    let mgid = Gid::from("239.27.0.1".parse::<std::net::IpAddr>().unwrap());
     for q in [&qb1, &qb2, &qc] {
         q.attach_mcast(mgid).unwrap();
     }

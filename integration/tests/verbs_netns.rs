@@ -84,7 +84,7 @@ fn inner_port_events() {
             .gid_table(1)
             .unwrap()
             .iter()
-            .map(|g| ip_of_gid(g.gid))
+            .map(|g| g.gid.to_ip())
             .collect();
         v.sort();
         v
@@ -130,7 +130,7 @@ fn ipv6_traffic() {
     let a = Node::new("fd98::1");
     let b = Node::new("fd98::2");
     assert_eq!(
-        ip_of_gid(a.gid()),
+        (a.gid()).to_ip(),
         "fd98::1".parse::<std::net::IpAddr>().unwrap()
     );
     let (qa, qb) = pair(&a, &b, QpType::Rc);
@@ -199,8 +199,8 @@ fn ipv6_traffic() {
     b.mr.read(20000, &mut grh).unwrap();
     assert_eq!(grh[0] >> 4, 6, "an IPv6 header");
     assert_eq!(grh[7], 9, "the hop limit sent");
-    assert_eq!(&grh[8..24], &a.gid(), "source");
-    assert_eq!(&grh[24..40], &b.gid(), "destination");
+    assert_eq!(&grh[8..24], a.gid().as_bytes(), "source");
+    assert_eq!(&grh[24..40], b.gid().as_bytes(), "destination");
     let back = b.pd.create_ah_from_wc(1, &wb[0], &grh).unwrap();
     assert_eq!(back.address_vector().dgid, a.gid());
     assert_eq!(

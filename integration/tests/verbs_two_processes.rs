@@ -8,6 +8,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use rxe_core::Gid;
 use rxe_integration::verbs_harness::*;
 use rxe_verbs::*;
 
@@ -23,16 +24,16 @@ fn wr(wr_id: u64, op: SendOp, sges: Vec<Sge>) -> SendWr {
     }
 }
 
-fn hex(g: &[u8; 16]) -> String {
-    g.iter().map(|b| format!("{b:02x}")).collect()
+fn hex(g: &Gid) -> String {
+    g.as_bytes().iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn unhex(s: &str) -> [u8; 16] {
+fn unhex(s: &str) -> Gid {
     let mut g = [0u8; 16];
     for (i, b) in g.iter_mut().enumerate() {
         *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap();
     }
-    g
+    Gid::from(g)
 }
 
 #[test]

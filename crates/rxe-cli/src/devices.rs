@@ -8,12 +8,11 @@
 //! device can be added on (`--ip ADDR`) with the GID it would have.
 
 use std::io::{self, Write};
-use std::net::Ipv6Addr;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use rxe_net::netif::{list_interfaces, mtu_to_ib, Interface};
-use rxe_verbs::gid_of;
+use rxe_verbs::Gid;
 
 use crate::place::usable_address;
 
@@ -78,7 +77,7 @@ pub fn write_table(out: &mut impl Write, ifs: &[Interface], all: bool) -> io::Re
             row(out, [&i.name, state, &mtu, &ib, "-", "-"])?;
         }
         for (n, a) in addrs.iter().enumerate() {
-            let gid = Ipv6Addr::from(gid_of(*a)).to_string();
+            let gid = Gid::from(*a).to_string();
             let addr = a.to_string();
             if n == 0 {
                 row(out, [&i.name, state, &mtu, &ib, &addr, &gid])?;

@@ -501,7 +501,7 @@ mod tests {
         };
         let sid = service_id(PortSpace::Tcp, 7174);
         // The REQ as the endpoint builds it.
-        let gid = Ipv6Addr::LOCALHOST.octets();
+        let gid = rxe_core::Gid::from(Ipv6Addr::LOCALHOST);
         let mut p = ConnectParams::rc(sid, 0x24, 0x123, gid, gid);
         p.private_data = ip.with_user_data(b"x", mad::req::PRIVATE_DATA_LEN).unwrap();
         let mut ep = CmEndpoint::new(CmConfig::new(1));

@@ -2,6 +2,8 @@
 //! scripts that read theirs read ours: `ibv_wc_status_str`, GUIDs, MTUs,
 //! GID table lines. Pure functions of plain values.
 
+use rxe_verbs::Gid;
+
 /// `ibv_wc_status_str`: the name of a work completion status by its
 /// libibverbs number.
 pub fn wc_status_str(status: u32) -> &'static str {
@@ -58,11 +60,8 @@ pub fn mtu_str(bytes: u32) -> String {
 
 /// One `GID[  1]:\t\t::ffff:10.99.0.2, RoCE v2` line (with its three
 /// leading tabs), as `ibv_devinfo -v` of rdma-core 44 prints it.
-pub fn gid_line(index: u8, gid: &[u8; 16]) -> String {
-    format!(
-        "\t\t\tGID[{index:3}]:\t\t{}, RoCE v2",
-        std::net::Ipv6Addr::from(*gid)
-    )
+pub fn gid_line(index: u8, gid: &Gid) -> String {
+    format!("\t\t\tGID[{index:3}]:\t\t{gid}, RoCE v2")
 }
 
 #[cfg(test)]
@@ -76,8 +75,7 @@ mod tests {
         assert_eq!(mtu_str(4096), "4096 (5)");
         assert_eq!(wc_status_str(12), "transport retry counter exceeded");
         assert_eq!(wc_status_str(99), "unknown");
-        let mut g = [0u8; 16];
-        g[10..].copy_from_slice(&[0xff, 0xff, 10, 99, 0, 2]);
+        let g = Gid::from(std::net::Ipv4Addr::new(10, 99, 0, 2));
         assert_eq!(
             gid_line(1, &g),
             "\t\t\tGID[  1]:\t\t::ffff:10.99.0.2, RoCE v2"

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use rxe_verbs::{gid_of, CongestionConfig, Device, DeviceConfig, Target};
+use rxe_verbs::{CongestionConfig, Device, DeviceConfig, Gid, Target};
 
 use crate::congestion::CongestionArgs;
 
@@ -188,14 +188,14 @@ pub fn usable_address(ip: IpAddr) -> bool {
 /// `rxe-gid-index`), else the first.
 pub fn default_gid_index(dev: &Device, target: &Target) -> Result<u8> {
     if let Target::Address(ip) = target {
-        if let Some((_, i)) = dev.find_gid(&gid_of(*ip)) {
+        if let Some((_, i)) = dev.find_gid(&Gid::from(*ip)) {
             return Ok(i);
         }
     }
     let table = dev.gid_table(rxe_verbs::PORT)?;
     let v4 = table
         .iter()
-        .find(|e| rxe_verbs::ip_of_gid(e.gid).is_ipv4())
+        .find(|e| e.gid.to_ip().is_ipv4())
         .or_else(|| table.first());
     match v4 {
         Some(e) => Ok(e.index),
@@ -204,7 +204,7 @@ pub fn default_gid_index(dev: &Device, target: &Target) -> Result<u8> {
 }
 
 /// The GID index to use (`index`, else [`default_gid_index`]) and its GID.
-pub fn local_gid(dev: &Device, target: &Target, index: Option<u8>) -> Result<(u8, [u8; 16])> {
+pub fn local_gid(dev: &Device, target: &Target, index: Option<u8>) -> Result<(u8, Gid)> {
     let index = match index {
         Some(g) => g,
         None => default_gid_index(dev, target)?,

@@ -8,7 +8,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use rxe_verbs::ip_of_gid;
+use rxe_verbs::Gid;
 
 /// Waits for one client, at most `timeout` (without end if `None`).
 pub fn accept(listener: &TcpListener, timeout: Option<Duration>) -> Result<TcpStream> {
@@ -91,17 +91,17 @@ pub enum PeerGidError {
 /// cannot reach: none at all, or of the other IP family. `flag` is the
 /// tools' GID index option, for the hint.
 pub fn check_peer_gids(
-    mine: [u8; 16],
+    mine: Gid,
     gid_index: u8,
-    theirs: impl IntoIterator<Item = [u8; 16]>,
+    theirs: impl IntoIterator<Item = Gid>,
     flag: &'static str,
 ) -> Result<(), PeerGidError> {
-    let v4 = ip_of_gid(mine).is_ipv4();
-    let theirs: Vec<[u8; 16]> = theirs.into_iter().collect();
-    if theirs.contains(&[0; 16]) {
+    let v4 = mine.to_ip().is_ipv4();
+    let theirs: Vec<Gid> = theirs.into_iter().collect();
+    if theirs.contains(&Gid::ZERO) {
         return Err(PeerGidError::Missing { flag });
     }
-    if theirs.iter().any(|g| ip_of_gid(*g).is_ipv4() != v4) {
+    if theirs.iter().any(|g| (*g).to_ip().is_ipv4() != v4) {
         return Err(PeerGidError::OtherFamily { flag, gid_index });
     }
     Ok(())
@@ -125,14 +125,13 @@ pub fn random_psn(salt: u64) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rxe_verbs::gid_of;
 
     #[test]
     fn peer_gids_must_be_there_and_of_our_family() {
-        let v4 = gid_of("10.0.0.1".parse().unwrap());
-        let v6 = gid_of("fd00::1".parse().unwrap());
+        let v4 = Gid::from("10.0.0.1".parse::<std::net::IpAddr>().unwrap());
+        let v6 = Gid::from("fd00::1".parse::<std::net::IpAddr>().unwrap());
         assert!(check_peer_gids(v4, 1, [v4, v4], "-g").is_ok());
-        let e = check_peer_gids(v4, 1, [v4, [0; 16]], "-x").unwrap_err();
+        let e = check_peer_gids(v4, 1, [v4, Gid::ZERO], "-x").unwrap_err();
         assert!(matches!(e, PeerGidError::Missing { flag: "-x" }), "{e}");
         let e = check_peer_gids(v4, 3, [v6], "-g").unwrap_err();
         assert_eq!(

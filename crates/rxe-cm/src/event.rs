@@ -4,6 +4,7 @@ use crate::mad::{
     PathRepr, RejRepr, RejectReason, RepRepr, ReqRepr, SidrRepRepr, SidrReqRepr, SidrStatus,
 };
 use crate::qp_attrs::ConnQpType;
+use rxe_core::Gid;
 
 /// A connection (or SIDR request), named by its Local Communication ID.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -13,13 +14,13 @@ pub struct CommId(pub u32);
 /// the GSI, for every CM MAD; the QP1 agent adds Q_Key 0x80010000).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct MadAddr {
-    pub gid: [u8; 16],
+    pub gid: Gid,
     pub qpn: u32,
 }
 
 impl MadAddr {
     /// The GSI (QP1) of the port with `gid`.
-    pub const fn gsi(gid: [u8; 16]) -> MadAddr {
+    pub const fn gsi(gid: Gid) -> MadAddr {
         MadAddr {
             gid,
             qpn: crate::GSI_QPN,
@@ -116,8 +117,8 @@ impl ConnectParams {
         service_id: u64,
         qpn: u32,
         starting_psn: u32,
-        local_gid: [u8; 16],
-        remote_gid: [u8; 16],
+        local_gid: Gid,
+        remote_gid: Gid,
     ) -> Self {
         ConnectParams {
             service_id,

@@ -30,6 +30,7 @@
 
 use crate::mad::{RepRepr, ReqRepr};
 use crate::timer::ack_timeout;
+use rxe_core::Gid;
 
 /// The transport of the connection (REQ Transport Service Type).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -41,8 +42,8 @@ pub enum ConnQpType {
 /// The address vector of the connection's path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PathAttrs {
-    pub dgid: [u8; 16],
-    pub sgid: [u8; 16],
+    pub dgid: Gid,
+    pub sgid: Gid,
     pub flow_label: u32,
     pub hop_limit: u8,
     pub traffic_class: u8,

@@ -21,13 +21,10 @@ use std::process::Command;
 
 use rxe_cm::ip_cm::{parse_service_id, IpCmHeader, PortSpace};
 use rxe_cm::mad::{self, CmMad, CmMessage, MadDescribe, Req};
+use rxe_core::Gid;
 
-fn v4_gid(a: [u8; 4]) -> [u8; 16] {
-    let mut g = [0u8; 16];
-    g[10] = 0xff;
-    g[11] = 0xff;
-    g[12..].copy_from_slice(&a);
-    g
+fn v4_gid(a: [u8; 4]) -> Gid {
+    Gid::from(std::net::Ipv4Addr::from(a))
 }
 
 fn rping_mads() -> Vec<capture::CapturedMad> {

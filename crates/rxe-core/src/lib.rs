@@ -14,3 +14,5 @@
 
 pub mod transport;
 pub mod wire;
+
+pub use wire::Gid;

@@ -4,10 +4,12 @@
 
 mod sim;
 
+use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use rxe_core::transport::{Counter, Instant, QpType};
 use rxe_core::wire::{AethRepr, BthRepr, ExtReprs, Opcode, Syndrome, TransportRepr};
+use rxe_core::Gid;
 use sim::{for_seeds, ipv4_checksum_ok, Fate, Faults, Rng, Sim, Verdict};
 
 /// Transport bytes of an RC SEND ONLY to `dest_qp` with `payload`, with
@@ -268,8 +270,8 @@ fn grh_space_holds_the_ipv4_header() {
     let m = sim::recv_meta(&ip);
     assert_eq!(m.grh[..20], [0; 20]);
     assert_eq!(m.grh[20..], ip);
-    assert_eq!(m.sgid, sim::gid_of([127, 0, 0, 1].into()));
-    assert_eq!(&m.dgid[10..], &[0xff, 0xff, 127, 0, 0, 2]);
+    assert_eq!(m.sgid, Gid::from(Ipv4Addr::new(127, 0, 0, 1)));
+    assert_eq!(&m.dgid.as_bytes()[10..], &[0xff, 0xff, 127, 0, 0, 2]);
     assert!(!ipv4_checksum_ok(&ip));
 }
 
@@ -277,7 +279,7 @@ fn grh_space_holds_the_ipv4_header() {
 fn unroutable_packets_are_counted() {
     let mut sim = Sim::new(8, 2, Faults::none());
     let mut dest = sim.nodes[1].av();
-    dest.dgid = sim::gid_of([10, 9, 9, 9].into());
+    dest.dgid = Gid::from(Ipv4Addr::new(10, 9, 9, 9));
     sim.send_transport(0, &dest, 0x11, &ack(0x99, 1));
     sim.run_until_idle();
     assert_eq!(sim.net.stats.no_route, 1);

@@ -10,6 +10,7 @@ use rxe_core::transport::{
     AccessFlags, Counter, Psn, QpType, SendData, SendOp, WcStatus, WorkQueue,
 };
 use rxe_core::wire::{BthRepr, ExtReprs, Opcode, RethRepr, TransportRepr};
+use rxe_core::Gid;
 use sim::*;
 
 const SEEDS: u64 = 200;
@@ -208,7 +209,7 @@ fn the_destination_must_be_the_qps_source_gid() {
             .unwrap();
     }
     // Node 1's port now has another address at index 0.
-    let other = gid_of(std::net::Ipv4Addr::new(127, 0, 0, 99));
+    let other = Gid::from(std::net::Ipv4Addr::new(127, 0, 0, 99));
     sim.nodes[1].ep.set_gid_table(vec![Some(other)]);
     let victim = sim.nodes[1].av();
     let send = request(
@@ -239,7 +240,7 @@ fn ipv6_paths_are_checked_too() {
         AddressVector, Endpoint, Instant, PathMtu, QpAttr, QpCaps, QpInit, QpState, RecvMeta,
         VecMemory,
     };
-    let v6 = |s: &str| s.parse::<std::net::Ipv6Addr>().unwrap().octets();
+    let v6 = |s: &str| Gid::from(s.parse::<std::net::Ipv6Addr>().unwrap());
     let (me, peer, spoofer) = (v6("fd98::1"), v6("fd98::2"), v6("fd98::3"));
     let mut ep = Endpoint::new(QpCaps::default());
     ep.set_gid_table(vec![Some(v6("fd98::9")), Some(me)]);

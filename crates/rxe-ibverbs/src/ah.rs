@@ -33,7 +33,7 @@ fn ah_attr_of(a: &ibv_ah_attr) -> Result<AhAttr, c_int> {
         return Err(libc::EINVAL);
     }
     Ok(AhAttr {
-        dgid: a.grh.dgid,
+        dgid: a.grh.dgid.into(),
         sgid_index: a.grh.sgid_index,
         hop_limit: a.grh.hop_limit,
         traffic_class: a.grh.traffic_class,
@@ -120,7 +120,7 @@ fn attr_from_wc(
 fn attr_to_c(a: &AhAttr) -> ibv_ah_attr {
     ibv_ah_attr {
         grh: ibv_global_route {
-            dgid: a.dgid,
+            dgid: a.dgid.into(),
             flow_label: a.flow_label,
             sgid_index: a.sgid_index,
             hop_limit: a.hop_limit,

@@ -50,8 +50,8 @@ pub fn virtual_file(name: &str, file: &str) -> Option<Result<String, c_int>> {
                 let i: usize = i.parse().ok()?;
                 let g = probe
                     .and_then(|p| p.gids.get(i).copied())
-                    .unwrap_or([0; 16]);
-                Ok(rxe_verbs::format_gid(&g))
+                    .unwrap_or_default();
+                Ok(g.to_sysfs_string())
             } else if let Some(i) = f.strip_prefix("ports/1/gid_attrs/types/") {
                 let i: usize = i.parse().ok()?;
                 match probe.and_then(|p| p.gids.get(i).copied()) {

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::sync::{Arc, LazyLock, Mutex};
 
-use rxe_verbs::{DeviceAttr, PortAttr, PortState, VerbsError};
+use rxe_verbs::{DeviceAttr, Gid, PortAttr, PortState, VerbsError};
 use rxe_verbs_abi::consts::*;
 use rxe_verbs_abi::*;
 
@@ -86,7 +86,7 @@ fn detach(name: &str) {
 }
 
 /// What the port queries answer from.
-pub type PortView = (PortAttr, Vec<Option<[u8; 16]>>, u32);
+pub type PortView = (PortAttr, Vec<Option<Gid>>, u32);
 
 impl Context {
     pub fn ibv(&self) -> *mut ibv_context {
@@ -159,7 +159,7 @@ impl Context {
             return Some((p, gids, ifindex));
         }
         let probe = self.dev.refresh()?;
-        let mut gids: Vec<Option<[u8; 16]>> = probe.gids.iter().copied().map(Some).collect();
+        let mut gids: Vec<Option<Gid>> = probe.gids.iter().copied().map(Some).collect();
         gids.resize(probe.port.gid_tbl_len as usize, None);
         Some((probe.port, gids, ifindex))
     }
@@ -440,7 +440,7 @@ export! {"IBVERBS_1.1" fn ibv_query_port(context: *mut ibv_context, port_num: u8
 }}
 
 /// The GID at `index`: `Ok(None)` for an empty slot inside the table.
-fn gid_at(ctx: &Context, port: u8, index: c_int) -> Result<(Option<[u8; 16]>, u32), c_int> {
+fn gid_at(ctx: &Context, port: u8, index: c_int) -> Result<(Option<Gid>, u32), c_int> {
     if port != rxe_verbs::PORT || index < 0 {
         return Err(libc::EINVAL);
     }
@@ -465,7 +465,7 @@ export! {"IBVERBS_1.1" fn ibv_query_gid(context: *mut ibv_context, port_num: u8,
         // rdma-core turns ENODATA into (perftest walks the whole table).
         Ok((g, _)) => {
             // SAFETY: gid points to 16 writable bytes (union ibv_gid).
-            unsafe { *gid = g.unwrap_or([0; 16]) };
+            unsafe { *gid = g.unwrap_or_default().into() };
             0
         }
         Err(e) => {
@@ -519,9 +519,9 @@ core::arch::global_asm!(
     ".symver __rxe_ibv_query_gid_type, ibv_query_gid_type@IBVERBS_PRIVATE_65",
 );
 
-fn gid_entry(g: [u8; 16], index: u32, ifindex: u32) -> ibv_gid_entry {
+fn gid_entry(g: Gid, index: u32, ifindex: u32) -> ibv_gid_entry {
     ibv_gid_entry {
-        gid: g,
+        gid: g.into(),
         gid_index: index,
         port_num: rxe_verbs::PORT.into(),
         gid_type: IBV_GID_TYPE_ROCE_V2,
@@ -561,7 +561,7 @@ export! {"IBVERBS_1.11" fn _ibv_query_gid_table(context: *mut ibv_context, entri
         return -(libc::EINVAL as isize);
     }
     let Some((_, gids, ifindex)) = ctx.port() else { return -(libc::ENODEV as isize) };
-    let valid: Vec<(usize, [u8; 16])> = gids.iter().enumerate().filter_map(|(i, g)| g.map(|g| (i, g))).collect();
+    let valid: Vec<(usize, Gid)> = gids.iter().enumerate().filter_map(|(i, g)| g.map(|g| (i, g))).collect();
     if valid.len() > max_entries {
         return -(libc::EINVAL as isize);
     }

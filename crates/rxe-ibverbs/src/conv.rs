@@ -190,7 +190,7 @@ pub fn send_wr_from_c(
 
 pub fn av_from_c(a: &ibv_ah_attr) -> AddressVector {
     AddressVector {
-        dgid: a.grh.dgid,
+        dgid: a.grh.dgid.into(),
         sgid_index: a.grh.sgid_index,
         hop_limit: a.grh.hop_limit,
         traffic_class: a.grh.traffic_class,
@@ -203,7 +203,7 @@ pub fn av_from_c(a: &ibv_ah_attr) -> AddressVector {
 pub fn av_to_c(av: &AddressVector, port: u8) -> ibv_ah_attr {
     ibv_ah_attr {
         grh: ibv_global_route {
-            dgid: av.dgid,
+            dgid: av.dgid.into(),
             flow_label: av.flow_label,
             sgid_index: av.sgid_index,
             hop_limit: av.hop_limit,
@@ -542,7 +542,7 @@ mod tests {
             Err(WrError::BadAh)
         );
         let av = AddressVector {
-            dgid: [1; 16],
+            dgid: rxe_verbs::Gid::from([1; 16]),
             sgid_index: 0,
             hop_limit: 64,
             traffic_class: 0,
@@ -593,7 +593,7 @@ mod tests {
         assert_eq!(q.qp_state, Some(QpState::from_ibv(2).unwrap()));
         assert_eq!(q.path_mtu, Some(PathMtu::Mtu1024));
         assert_eq!(q.rq_psn, Some(Psn::new(0xab_cdef)), "masked to 24 bits");
-        assert_eq!(q.av.unwrap().dgid, [7; 16]);
+        assert_eq!(q.av.unwrap().dgid, rxe_verbs::Gid::from([7; 16]));
         assert_eq!(q.dest_qpn, Some(0x99));
         assert_eq!(qp_attr_from_c(&a, IBV_QP_CAP).err(), Some(libc::EINVAL));
         assert_eq!(

@@ -4,7 +4,7 @@
 
 use std::ffi::{c_int, c_void};
 
-use rxe_verbs::{QpCap, QpInitAttr, QpType, RecvWr, SendWr, Sge};
+use rxe_verbs::{Gid, QpCap, QpInitAttr, QpType, RecvWr, SendWr, Sge};
 use rxe_verbs_abi::consts::*;
 use rxe_verbs_abi::*;
 
@@ -229,7 +229,7 @@ export! {"IBVERBS_1.1" fn ibv_attach_mcast(qp: *mut ibv_qp, gid: *const [u8; 16]
     }
     // SAFETY: the caller's `union ibv_gid`, 16 bytes, any alignment.
     let mgid = unsafe { gid.read_unaligned() };
-    match q.inner.attach_mcast(mgid) {
+    match q.inner.attach_mcast(Gid::from(mgid)) {
         Ok(()) => 0,
         Err(e) => fail(&e),
     }
@@ -243,7 +243,7 @@ export! {"IBVERBS_1.1" fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const [u8; 16]
     }
     // SAFETY: as in ibv_attach_mcast.
     let mgid = unsafe { gid.read_unaligned() };
-    match q.inner.detach_mcast(mgid) {
+    match q.inner.detach_mcast(Gid::from(mgid)) {
         Ok(()) => 0,
         Err(e) => fail(&e),
     }

@@ -27,7 +27,7 @@ use rxe_core::wire::ip_udp::{self, RoceV2Ip};
 use rxe_core::wire::{bth, grh};
 
 use crate::counters::NetCounter;
-use crate::netif::gid_of;
+use rxe_core::Gid;
 
 /// The shortest RoCEv2 UDP payload: a BTH and an ICRC.
 pub const MIN_PACKET: usize = bth::HEADER_LEN + ICRC_LEN;
@@ -337,8 +337,8 @@ pub fn open<'a>(
         icrc::verify(&headers.icrc_scope(), payload).map_err(|_| EncapError::BadIcrc)?;
     }
     let meta = RecvMeta {
-        sgid: gid_of(info.src.ip()),
-        dgid: gid_of(info.dst.ip()),
+        sgid: Gid::from(info.src.ip()),
+        dgid: Gid::from(info.dst.ip()),
         grh: headers.grh_space(),
         // The kernel reports the TOS / traffic class of each datagram
         // (IP_RECVTOS / IPV6_RECVTCLASS); GRO coalesces only datagrams
@@ -413,8 +413,8 @@ mod tests {
         };
         let o = open(&p, &info, OpenOptions::default()).unwrap();
         assert_eq!(o.packet, &p[..]);
-        assert_eq!(o.meta.sgid, gid_of(a));
-        assert_eq!(o.meta.dgid, gid_of(b));
+        assert_eq!(o.meta.sgid, Gid::from(a));
+        assert_eq!(o.meta.dgid, Gid::from(b));
         assert_eq!(&o.meta.grh[..20], &[0; 20]);
         let g = &o.meta.grh[20..];
         assert_eq!(&g[4..6], &[0, 0], "solved ID 0");

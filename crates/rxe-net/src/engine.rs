@@ -6,6 +6,7 @@
 use rxe_core::transport::{
     AsyncEvent, Endpoint, Instant, RecvMeta, Transmit, VecMemory, WorkCompletion,
 };
+use rxe_core::Gid;
 
 /// A port's transport engine as the driver loop sees it.
 pub trait Engine: Send {
@@ -16,7 +17,7 @@ pub trait Engine: Send {
     fn poll_timeout(&mut self) -> Option<Instant>;
     fn handle_timeout(&mut self, now: Instant);
     /// The local GID at `sgid_index` of the port's GID table; `None` drops (and counts) the packet.
-    fn source_gid(&self, sgid_index: u8) -> Option<[u8; 16]>;
+    fn source_gid(&self, sgid_index: u8) -> Option<Gid>;
     /// Called once after each batch of handle/handle_timeout/poll_transmit calls
     /// (the verbs layer dispatches completions and events here).
     fn after_batch(&mut self) {}
@@ -29,14 +30,14 @@ pub struct EndpointEngine {
     pub endpoint: Endpoint,
     pub memory: VecMemory,
     /// The GID table: index `i` is `sgid_index` `i`.
-    pub gids: Vec<[u8; 16]>,
+    pub gids: Vec<Gid>,
     /// Every completion, in order, since the last `take`.
     pub completions: Vec<WorkCompletion>,
     pub events: Vec<AsyncEvent>,
 }
 
 impl EndpointEngine {
-    pub fn new(endpoint: Endpoint, gids: Vec<[u8; 16]>) -> EndpointEngine {
+    pub fn new(endpoint: Endpoint, gids: Vec<Gid>) -> EndpointEngine {
         EndpointEngine {
             endpoint,
             memory: VecMemory::new(),
@@ -64,7 +65,7 @@ impl Engine for EndpointEngine {
         self.endpoint.handle_timeout(now);
     }
 
-    fn source_gid(&self, sgid_index: u8) -> Option<[u8; 16]> {
+    fn source_gid(&self, sgid_index: u8) -> Option<Gid> {
         self.gids.get(usize::from(sgid_index)).copied()
     }
 

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::io;
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::IpAddr;
 
 use nix::ifaddrs::getifaddrs;
 use nix::net::if_::{if_nametoindex, InterfaceFlags};
@@ -151,26 +151,6 @@ pub fn interface_for_addr(ip: IpAddr) -> Option<Interface> {
         .map(|(_, i)| i)
 }
 
-/// The GID of an IP address: for IPv4 the IPv4-mapped IPv6 address
-/// `::ffff:a.b.c.d` (RoCEv2 Annex A17.4.5.1, unchecked section number),
-/// for IPv6 the address itself.
-pub fn gid_of(ip: IpAddr) -> [u8; 16] {
-    match ip {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
-        IpAddr::V6(v6) => v6.octets(),
-    }
-}
-
-/// The IP address a GID stands for: IPv4 for an IPv4-mapped GID, IPv6
-/// otherwise.
-pub fn ip_of_gid(gid: [u8; 16]) -> IpAddr {
-    let v6 = Ipv6Addr::from(gid);
-    match v6.to_ipv4_mapped() {
-        Some(v4) => IpAddr::V4(v4),
-        None => IpAddr::V6(v6),
-    }
-}
-
 /// Headers a RoCEv2 packet carries beyond its payload, at most: IPv6 (40;
 /// IPv4 is 20), UDP (8), BTH (12), the largest set of extended headers
 /// (28: RETH 16 + ImmDt 4 ... or AtomicETH 28), ICRC (4).
@@ -211,7 +191,7 @@ pub fn eui64_from_mac(mac: [u8; 6]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::Ipv4Addr;
+    use std::net::{Ipv4Addr, Ipv6Addr};
 
     #[test]
     fn loopback_is_listed_and_owns_127_slash_8() {
@@ -246,21 +226,6 @@ mod tests {
         assert!(!in_network("fe81::1".parse().unwrap(), v6, 64));
         assert!(in_network(v6, v6, 128));
         assert_eq!(prefix_len(IpAddr::V4(Ipv4Addr::new(255, 0, 0, 0))), 8);
-    }
-
-    #[test]
-    fn gids_map_both_ways() {
-        let v4 = IpAddr::V4(Ipv4Addr::new(10, 99, 0, 2));
-        let g = gid_of(v4);
-        assert_eq!(&g[..12], &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff]);
-        assert_eq!(&g[12..], &[10, 99, 0, 2]);
-        assert_eq!(ip_of_gid(g), v4);
-        let v6: IpAddr = "fd00::5".parse().unwrap();
-        assert_eq!(ip_of_gid(gid_of(v6)), v6);
-        assert_eq!(
-            ip_of_gid(gid_of(IpAddr::V6(Ipv6Addr::LOCALHOST))),
-            IpAddr::V6(Ipv6Addr::LOCALHOST)
-        );
     }
 
     #[test]

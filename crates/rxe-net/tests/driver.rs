@@ -9,14 +9,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant as StdInstant};
 
 use rxe_core::transport::{AddressVector, Instant, RecvMeta, Transmit};
+use rxe_core::Gid;
 use rxe_net::encap::{seal, WireHeaders};
-use rxe_net::netif::gid_of;
 use rxe_net::socket::RoceSocket;
 use rxe_net::{Clock, Driver, Engine, NetCounter, NetPort};
 
 #[derive(Default)]
 struct Script {
-    gids: Vec<[u8; 16]>,
+    gids: Vec<Gid>,
     to_send: VecDeque<(Vec<u8>, Transmit)>,
     received: Vec<(RecvMeta, Vec<u8>)>,
     /// The thread that handed over each received packet.
@@ -47,7 +47,7 @@ impl Engine for Script {
             self.timeouts.push(now);
         }
     }
-    fn source_gid(&self, sgid_index: u8) -> Option<[u8; 16]> {
+    fn source_gid(&self, sgid_index: u8) -> Option<Gid> {
         self.gids.get(usize::from(sgid_index)).copied()
     }
     fn after_batch(&mut self) {
@@ -59,7 +59,7 @@ fn v4(c: u8, d: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(127, 0, c, d))
 }
 
-fn transmit(len: usize, sgid_index: u8, dgid: [u8; 16]) -> Transmit {
+fn transmit(len: usize, sgid_index: u8, dgid: Gid) -> Transmit {
     Transmit {
         len,
         dest: AddressVector {
@@ -104,17 +104,17 @@ fn flush_counts_what_it_cannot_send() {
     let pb = NetPort::new(Clock::new());
     pb.add_address(ib).unwrap();
     let mut e = Script {
-        gids: vec![gid_of(ia), gid_of(v4(4, 9))],
+        gids: vec![Gid::from(ia), Gid::from(v4(4, 9))],
         ..Default::default()
     };
-    let v6 = gid_of("::1".parse().unwrap());
+    let v6 = Gid::from("::1".parse::<std::net::Ipv6Addr>().unwrap());
     e.to_send.extend([
-        (body(20, 1), transmit(20, 5, gid_of(ib))), // no such GID index
-        (body(20, 2), transmit(20, 0, v6)),         // IPv4 to IPv6
-        (body(8, 3), transmit(8, 0, gid_of(ib))),   // shorter than BTH + ICRC
-        (body(20, 4), transmit(20, 1, gid_of(ib))), // no socket on 127.0.4.9
-        (body(20, 5), transmit(20, 0, gid_of(ib))), // good
-        (body(9000, 6), transmit(9000, 0, gid_of(ib))), // longer than a slot
+        (body(20, 1), transmit(20, 5, Gid::from(ib))), // no such GID index
+        (body(20, 2), transmit(20, 0, v6)),            // IPv4 to IPv6
+        (body(8, 3), transmit(8, 0, Gid::from(ib))),   // shorter than BTH + ICRC
+        (body(20, 4), transmit(20, 1, Gid::from(ib))), // no socket on 127.0.4.9
+        (body(20, 5), transmit(20, 0, Gid::from(ib))), // good
+        (body(9000, 6), transmit(9000, 0, Gid::from(ib))), // longer than a slot
     ]);
     assert_eq!(pa.flush(&mut e), 1);
     assert_eq!(e.turns, 1);
@@ -131,8 +131,8 @@ fn flush_counts_what_it_cannot_send() {
     let (meta, p) = &r.received[0];
     assert_eq!(p.len(), 20);
     assert_eq!(p[0], 5);
-    assert_eq!(meta.sgid, gid_of(ia));
-    assert_eq!(meta.dgid, gid_of(ib));
+    assert_eq!(meta.sgid, Gid::from(ia));
+    assert_eq!(meta.dgid, Gid::from(ib));
     assert_eq!(meta.grh[20 + 8], 64, "TTL 0 in the AV is sent as 64");
     assert_eq!(pb.counters().get(NetCounter::RcvdPkts), 1);
 }
@@ -304,7 +304,7 @@ fn driver_follows_addresses_added_and_removed() {
     until("a packet on the added address", || {
         (engine.lock().unwrap().received.len() == 2).then_some(())
     });
-    assert_eq!(engine.lock().unwrap().received[1].0.dgid, gid_of(i2));
+    assert_eq!(engine.lock().unwrap().received[1].0.dgid, Gid::from(i2));
     assert!(port.remove_address(i2));
     assert!(!port.remove_address(i2));
     assert_eq!(port.addresses(), vec![i1]);
@@ -474,13 +474,13 @@ fn each_qp_leaves_from_its_own_source_port() {
     let rx = UdpSocket::bind(SocketAddr::new(ib, 4791)).unwrap();
     rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut e = Script {
-        gids: vec![gid_of(ia)],
+        gids: vec![Gid::from(ia)],
         ..Default::default()
     };
     let qpns: Vec<u32> = (0x11..0x21).collect();
     for round in 0..2u8 {
         for (k, &q) in qpns.iter().enumerate() {
-            let mut t = transmit(24, 0, gid_of(ib));
+            let mut t = transmit(24, 0, Gid::from(ib));
             t.src_qpn = q;
             // The body says which QP sent it.
             e.to_send.push_back((body(24, k as u8 + 16 * round), t));

@@ -15,7 +15,8 @@ use rxe_core::transport::{
     WorkQueue,
 };
 use rxe_core::wire::dissect::dissect;
-use rxe_net::netif::{gid_of, interface_for_addr, mtu_to_ib};
+use rxe_core::Gid;
+use rxe_net::netif::{interface_for_addr, mtu_to_ib};
 use rxe_net::{Clock, Driver, DriverWaker, EndpointEngine, NetCounter, NetPort, Offload, PcapTap};
 use rxe_pcap::CaptureReader;
 
@@ -46,7 +47,7 @@ impl Dev {
         port.add_address(ip)?;
         let engine = Arc::new(Mutex::new(EndpointEngine::new(
             Endpoint::new(QpCaps::default()),
-            vec![gid_of(ip)],
+            vec![Gid::from(ip)],
         )));
         let driver = Driver::spawn(port.clone(), engine.clone()).expect("driver");
         Ok(Dev {
@@ -78,7 +79,7 @@ impl Dev {
 
     fn av(&self) -> AddressVector {
         AddressVector {
-            dgid: gid_of(self.ip),
+            dgid: Gid::from(self.ip),
             sgid_index: 0,
             hop_limit: 64,
             traffic_class: self.tclass.get(),
@@ -598,7 +599,7 @@ fn rc_over_ipv6_loopback_to_itself() {
         let b = &f.data;
         assert_eq!(&b[12..14], &[0x86, 0xdd]);
         assert_eq!(b[14 + 6], 17);
-        assert_eq!(&b[14 + 8..14 + 24], &ip_octets(ip));
+        assert_eq!(&b[14 + 8..14 + 24], Gid::from(ip).as_bytes());
         let (ip6, udp, t) = (&b[14..54], &b[54..62], &b[62..]);
         let scope = rxe_core::wire::IcrcScope::RoceV2 {
             ip_header: ip6,
@@ -619,13 +620,6 @@ fn rc_over_ipv6_loopback_to_itself() {
     let c = d.port.counters();
     assert_eq!(c.drops(), 0, "{:?}", c.snapshot());
     assert_eq!(c.get(NetCounter::SentPkts), c.get(NetCounter::RcvdPkts));
-}
-
-fn ip_octets(ip: IpAddr) -> [u8; 16] {
-    match ip {
-        IpAddr::V6(v6) => v6.octets(),
-        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
-    }
 }
 
 /// ECN over real sockets: a sender whose address vector asks for the

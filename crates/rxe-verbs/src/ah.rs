@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use rxe_core::transport::{AddressVector, UdDest, WorkCompletion};
+use rxe_core::Gid;
 
-use crate::attr::ip_of_gid;
 use crate::device::PORT;
 use crate::error::{ObjectKind, Result, VerbsError};
 use crate::pd::Pd;
@@ -15,7 +15,7 @@ use crate::pd::Pd;
 /// `struct ibv_ah_attr` with its GRH, which RoCE always needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct AhAttr {
-    pub dgid: [u8; 16],
+    pub dgid: Gid,
     pub sgid_index: u8,
     pub hop_limit: u8,
     pub traffic_class: u8,
@@ -35,7 +35,7 @@ pub struct Ah {
 impl std::fmt::Debug for Ah {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Ah")
-            .field("dgid", &ip_of_gid(self.av.dgid))
+            .field("dgid", &self.av.dgid.to_ip())
             .field("sgid_index", &self.av.sgid_index)
             .finish()
     }
@@ -60,7 +60,7 @@ impl Pd {
         let sgid = e
             .gid(attr.sgid_index)
             .ok_or(VerbsError::NoSuchGid(attr.sgid_index))?;
-        if ip_of_gid(sgid).is_ipv4() != ip_of_gid(attr.dgid).is_ipv4() {
+        if sgid.to_ip().is_ipv4() != attr.dgid.to_ip().is_ipv4() {
             return Err(VerbsError::InvalidArgument(
                 "source and destination GIDs are of different IP families".into(),
             ));
@@ -115,12 +115,7 @@ pub fn ah_attr_from_wc(
     let (src, dst, tclass, flow) = if grh[20] >> 4 == 4 && grh[..20].iter().all(|b| *b == 0) {
         let h = &grh[20..40];
         let ip = |o: usize| std::net::Ipv4Addr::new(h[o], h[o + 1], h[o + 2], h[o + 3]);
-        (
-            ip(12).to_ipv6_mapped().octets(),
-            ip(16).to_ipv6_mapped().octets(),
-            h[1],
-            0,
-        )
+        (Gid::from(ip(12)), Gid::from(ip(16)), h[1], 0)
     } else if grh[0] >> 4 == 6 {
         let mut s = [0u8; 16];
         let mut d = [0u8; 16];
@@ -128,7 +123,7 @@ pub fn ah_attr_from_wc(
         d.copy_from_slice(&grh[24..40]);
         let tc = (grh[0] & 0x0f) << 4 | grh[1] >> 4;
         let flow = u32::from(grh[1] & 0x0f) << 16 | u32::from(grh[2]) << 8 | u32::from(grh[3]);
-        (s, d, tc, flow)
+        (Gid::from(s), Gid::from(d), tc, flow)
     } else {
         return Err(VerbsError::InvalidArgument(
             "the GRH space holds neither an IPv4 nor an IPv6 header".into(),

@@ -2,6 +2,7 @@
 //! and identity, the port's state, MTUs and tables.
 
 use rxe_core::transport::PathMtu;
+use rxe_core::Gid;
 
 /// `ibv_atomic_cap`: how atomics of this device relate to the CPU's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,7 +175,7 @@ impl PortState {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct GidEntry {
     pub index: u8,
-    pub gid: [u8; 16],
+    pub gid: Gid,
     /// Always RoCEv2: rxe speaks only RoCEv2.
     pub gid_type: GidType,
 }
@@ -212,31 +213,4 @@ pub struct PortAttr {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LinkLayer {
     Ethernet,
-}
-
-/// The GID of an IP address (IPv4 as `::ffff:a.b.c.d`) and back: the
-/// network layer's mapping, which the verbs use too.
-pub use rxe_net::netif::{gid_of, ip_of_gid};
-
-/// A GID as `ibv_devinfo` prints it: eight groups of four hex digits.
-pub fn format_gid(gid: &[u8; 16]) -> String {
-    gid.chunks(2)
-        .map(|c| format!("{:02x}{:02x}", c[0], c[1]))
-        .collect::<Vec<_>>()
-        .join(":")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn gids_round_trip_and_print_like_ibv_devinfo() {
-        let ip: std::net::IpAddr = "127.0.0.2".parse().unwrap();
-        let g = gid_of(ip);
-        assert_eq!(ip_of_gid(g), ip);
-        assert_eq!(format_gid(&g), "0000:0000:0000:0000:0000:ffff:7f00:0002");
-        let v6: std::net::IpAddr = "fd99::1".parse().unwrap();
-        assert_eq!(ip_of_gid(gid_of(v6)), v6);
-    }
 }

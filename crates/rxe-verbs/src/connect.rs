@@ -23,7 +23,7 @@
 //! ```no_run
 //! use rxe_verbs::connect::{self, InitParams, RcParams, ReadyParams, RemoteQp};
 //! use rxe_verbs::*;
-//! # fn f(qp: &Qp, peer_qpn: u32, peer_gid: [u8; 16]) -> Result<(), connect::ConnectError> {
+//! # fn f(qp: &Qp, peer_qpn: u32, peer_gid: Gid) -> Result<(), connect::ConnectError> {
 //! let rc = RcParams {
 //!     max_dest_rd_atomic: 1,
 //!     min_rnr_timer: 12,
@@ -303,13 +303,14 @@ impl ConnectError {
 mod tests {
     use super::*;
     use rxe_core::transport::{modify, QpCaps, QpConfig};
+    use rxe_core::Gid;
 
     fn remote() -> RemoteQp {
         RemoteQp {
             qpn: 0x12,
             psn: Psn::new(0x200),
             av: AddressVector {
-                dgid: [0xfe; 16],
+                dgid: Gid::from([0xfe; 16]),
                 sgid_index: 1,
                 hop_limit: 64,
                 sl: 3,

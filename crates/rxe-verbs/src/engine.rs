@@ -9,6 +9,7 @@ use std::sync::Arc;
 use rxe_core::transport::{
     AsyncEvent as CoreEvent, Endpoint, Instant, RecvMeta, Transmit, WorkCompletion, WorkQueue,
 };
+use rxe_core::Gid;
 
 use crate::cq::CqShared;
 use crate::event::AsyncEvent;
@@ -113,11 +114,11 @@ impl DeviceEngine {
     /// connected QP's packets against it); an empty slot is `None` (a
     /// removed address leaves a hole so that the other indexes stay put, as
     /// in the kernel).
-    pub fn gids(&self) -> &[Option<[u8; 16]>] {
+    pub fn gids(&self) -> &[Option<Gid>] {
         self.ep.gid_table()
     }
 
-    pub fn gid(&self, index: u8) -> Option<[u8; 16]> {
+    pub fn gid(&self, index: u8) -> Option<Gid> {
         self.gids().get(index as usize).copied().flatten()
     }
 }
@@ -139,7 +140,7 @@ impl rxe_net::Engine for DeviceEngine {
         self.ep.handle_timeout(now);
     }
 
-    fn source_gid(&self, sgid_index: u8) -> Option<[u8; 16]> {
+    fn source_gid(&self, sgid_index: u8) -> Option<Gid> {
         self.gid(sgid_index)
     }
 

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use rxe_core::transport::{AccessFlags, Key, RegMr, SendOp};
 
 use crate::error::{ObjectKind, Result, VerbsError};
-use crate::mr_table::MrShared;
+use crate::mr_table::{self, MrShared};
 use crate::pd::Pd;
 use crate::shared_buffer::SharedBuffer;
 
@@ -53,9 +53,14 @@ impl Pd {
             });
         }
         let buf = Arc::new(SharedBuffer::zeroed(capacity));
-        let first = e
-            .mem
-            .register_as(self.shared.id, 0, AccessFlags::empty(), buf, true)?;
+        let first = mr_table::register(
+            &mut e.mem,
+            self.shared.id,
+            0,
+            AccessFlags::empty(),
+            buf,
+            true,
+        )?;
         // Free until a REG_MR registers it.
         first.valid.store(false, Ordering::Release);
         self.shared.users.acquire();
@@ -71,7 +76,7 @@ impl FastRegMr {
     /// registration).
     fn current(&self) -> Option<Arc<MrShared>> {
         let e = self.pd.dev.lock();
-        e.mem.by_index(self.first.info.key).cloned()
+        e.mem.by_index(self.first.info.key).map(|m| m.0.clone())
     }
 
     fn check_live(&self) -> Result<()> {
@@ -172,7 +177,7 @@ impl FastRegMr {
         let key = e
             .mem
             .by_index(self.first.info.key)
-            .map(|m| m.info.key)
+            .map(|m| m.0.info.key)
             .ok_or(VerbsError::Destroyed(ObjectKind::Mr))?;
         let windows = e.mem.windows().windows_on(key);
         if windows > 0 {
@@ -184,9 +189,9 @@ impl FastRegMr {
         }
         let gone = e
             .mem
-            .deregister(key)
-            .ok_or(VerbsError::Destroyed(ObjectKind::Mr))?;
-        gone.registered.store(false, Ordering::Release);
+            .remove(key)
+            .map_err(|_| VerbsError::Destroyed(ObjectKind::Mr))?;
+        gone.0.registered.store(false, Ordering::Release);
         self.first.registered.store(false, Ordering::Release);
         self.pd.shared.users.release();
         Ok(())

@@ -55,10 +55,7 @@ pub mod srq;
 mod use_count;
 
 pub use ah::{ah_attr_from_wc, Ah, AhAttr};
-pub use attr::{
-    format_gid, gid_of, ip_of_gid, AtomicCap, DeviceAttr, GidEntry, GidType, LinkLayer, PortAttr,
-    PortState,
-};
+pub use attr::{AtomicCap, DeviceAttr, GidEntry, GidType, LinkLayer, PortAttr, PortState};
 pub use client::{register_client, Client, ClientData, ClientId, ClientRegistration};
 pub use connect::{ConnectError, InitParams, RcParams, ReadyParams, RemoteQp};
 pub use cq::{Cq, NotifyKind};
@@ -79,3 +76,4 @@ pub use rxe_core::transport::{
     MwType, PathMtu, PostError, Psn, QpAttr, QpState, QpType, RecvWr, RegMr, SendData, SendOp,
     SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion, WorkQueue,
 };
+pub use rxe_core::Gid;

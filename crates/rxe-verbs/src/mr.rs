@@ -14,7 +14,7 @@ use std::sync::Arc;
 use rxe_core::transport::{AccessFlags, Sge};
 
 use crate::error::{ObjectKind, Result, VerbsError};
-use crate::mr_table::MrShared;
+use crate::mr_table::{self, MrShared};
 use crate::pd::{Pd, PdShared};
 use crate::shared_buffer::{RegionBytes, SharedBuffer};
 
@@ -104,7 +104,7 @@ impl Pd {
                 max,
             });
         }
-        let shared = e.mem.register(self.shared.id, va, access, buf)?;
+        let shared = mr_table::register(&mut e.mem, self.shared.id, va, access, buf, false)?;
         used_pd(&self.shared);
         Ok(Mr {
             pd: self.clone(),
@@ -261,7 +261,7 @@ impl Mr {
                 what: "memory windows are bound to it",
             });
         }
-        if e.mem.deregister(self.shared.info.key).is_none()
+        if e.mem.remove(self.shared.info.key).is_err()
             || !self.shared.registered.swap(false, Ordering::AcqRel)
         {
             return Err(VerbsError::Destroyed(ObjectKind::Mr));

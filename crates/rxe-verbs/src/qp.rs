@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use rxe_core::transport::{AttrMask, QpAttr, QpInit, QpState, QpType, RecvWr, SendWr};
+use rxe_core::Gid;
 
 use crate::cq::{Cq, CqShared};
 use crate::engine::QpRoute;
@@ -288,12 +289,12 @@ impl Qp {
     /// group `mgid` (an IPv4-mapped multicast address or an IPv6 one). The
     /// first QP of the device to attach makes the device join the group on
     /// the host (IGMP/MLD), so that the kernel delivers its datagrams.
-    pub fn attach_mcast(&self, mgid: [u8; 16]) -> Result<()> {
+    pub fn attach_mcast(&self, mgid: Gid) -> Result<()> {
         self.check_live()?;
         let qpn = self.shared.qpn;
         let mut e = self.pd.dev.lock();
         if e.ep.attach_mcast(qpn, mgid)? {
-            let group = rxe_net::netif::ip_of_gid(mgid);
+            let group = mgid.to_ip();
             if let Err(err) = self.pd.dev.net.join_group(group) {
                 // Nothing half done: the attach is undone.
                 let _ = e.ep.detach_mcast(qpn, mgid);
@@ -305,11 +306,11 @@ impl Qp {
 
     /// `ibv_detach_mcast`: the last QP of the device to leave a group makes
     /// the device leave it on the host.
-    pub fn detach_mcast(&self, mgid: [u8; 16]) -> Result<()> {
+    pub fn detach_mcast(&self, mgid: Gid) -> Result<()> {
         self.check_live()?;
         let mut e = self.pd.dev.lock();
         if e.ep.detach_mcast(self.shared.qpn, mgid)? {
-            self.pd.dev.net.leave_group(rxe_net::netif::ip_of_gid(mgid));
+            self.pd.dev.net.leave_group(mgid.to_ip());
         }
         Ok(())
     }

@@ -140,7 +140,7 @@ impl Demo<'_> {
             sg_list: vec![b.mr.sge(UD_AT, (GRH_LEN + 256) as u32)],
         })?;
         let ah = a.pd.create_ah(&AhAttr {
-            dgid: gid_of(b.ip),
+            dgid: Gid::from(b.ip),
             sgid_index: a.gid_idx,
             hop_limit: 64,
             port_num: rxe_verbs::PORT,

@@ -20,7 +20,7 @@ impl Demo<'_> {
                 qpn: peer_qpn,
                 psn: Psn::new(0x00c0c0),
                 av: AddressVector {
-                    dgid: gid_of(peer.ip),
+                    dgid: Gid::from(peer.ip),
                     sgid_index: me.gid_idx,
                     hop_limit: 64,
                     traffic_class: tclass,

@@ -38,14 +38,14 @@ impl Demo<'_> {
         };
         let index = |s: &Side, ip: IpAddr| {
             s.dev
-                .find_gid(&gid_of(ip))
+                .find_gid(&Gid::from(ip))
                 .map(|(_, i)| i)
                 .ok_or_else(|| anyhow!("{} has no GID for {ip}", s.dev.name()))
         };
         let (alt_idx_a, alt_idx_b) = (index(a, alt_a)?, index(b, alt_b)?);
         let (qa, qb) = (a.new_rc_qp()?, b.new_rc_qp()?);
         let av = |sgid_index: u8, to: IpAddr| AddressVector {
-            dgid: gid_of(to),
+            dgid: Gid::from(to),
             sgid_index,
             hop_limit: 64,
             ..AddressVector::default()
@@ -88,7 +88,7 @@ impl Demo<'_> {
         let handler = b
             .dev
             .register_event_handler(move |e| seen.lock().unwrap().push(*e));
-        let mig = |q: &Qp| -> Result<(MigState, [u8; 16])> {
+        let mig = |q: &Qp| -> Result<(MigState, Gid)> {
             let i = q.query()?;
             let state = i.attr.path_mig_state.unwrap_or(MigState::Migrated);
             Ok((state, i.attr.av.map(|p| p.dgid).unwrap_or_default()))
@@ -128,9 +128,9 @@ impl Demo<'_> {
         for (who, q, to) in [("A", &qa, alt_b), ("B", &qb, alt_a)] {
             let (state, dgid) = mig(q)?;
             ensure!(
-                state == MigState::Migrated && dgid == gid_of(to),
+                state == MigState::Migrated && dgid == Gid::from(to),
                 "{who}'s QP is {state:?} with its path to {}, not MIGRATED to {to}",
-                rxe_verbs::format_gid(&dgid)
+                dgid.to_sysfs_string()
             );
         }
         let deadline = Instant::now() + STEP_TIMEOUT;

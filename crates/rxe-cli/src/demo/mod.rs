@@ -23,9 +23,9 @@ use rxe_core::wire::dissect::dissect;
 use rxe_core::wire::grh::HEADER_LEN as GRH_LEN;
 use rxe_pcap::CaptureReader;
 use rxe_verbs::{
-    connect, gid_of, AccessFlags, AddressVector, AhAttr, Cq, Device, InitParams, Mr, PathMtu, Pd,
-    Qp, QpCap, QpInitAttr, QpType, RcParams, ReadyParams, RecvWr, RemoteQp, SendData, SendOp,
-    SendWr, WcOpcode, WcStatus, WorkCompletion,
+    connect, AccessFlags, AddressVector, AhAttr, Cq, Device, Gid, InitParams, Mr, PathMtu, Pd, Qp,
+    QpCap, QpInitAttr, QpType, RcParams, ReadyParams, RecvWr, RemoteQp, SendData, SendOp, SendWr,
+    WcOpcode, WcStatus, WorkCompletion,
 };
 
 use crate::place;
@@ -190,7 +190,7 @@ fn setup(dev: &Device, ip: IpAddr, alt_ip: Option<IpAddr>) -> Result<Side> {
     let rc = qp(QpType::Rc)?;
     let ud = qp(QpType::Ud)?;
     let gid_idx = dev
-        .find_gid(&gid_of(ip))
+        .find_gid(&Gid::from(ip))
         .map(|(_, i)| i)
         .ok_or_else(|| anyhow!("{} has no GID for {ip}", dev.name()))?;
     Ok(Side {
@@ -237,7 +237,7 @@ fn connect_rc(me: &Side, peer: &Side, my_psn: u32, peer_psn: u32) -> Result<()> 
         qpn: peer.rc.qp_num(),
         psn: Psn::new(peer_psn),
         av: AddressVector {
-            dgid: gid_of(peer.ip),
+            dgid: Gid::from(peer.ip),
             sgid_index: me.gid_idx,
             hop_limit: 64,
             ..AddressVector::default()

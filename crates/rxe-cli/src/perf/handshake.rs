@@ -36,6 +36,8 @@
 
 use std::io::{self, Read, Write};
 
+use rxe_verbs::Gid;
+
 use crate::side_channel;
 
 /// The TCP port perftest uses unless told otherwise (`-p`).
@@ -158,7 +160,7 @@ pub struct Keys {
     /// Address of the sender's buffer: the target of the peer's WRITEs,
     /// READs and atomics.
     pub vaddr: u64,
-    pub gid: [u8; 16],
+    pub gid: Gid,
     /// 0 unless XRC or DC.
     pub srqn: u32,
 }
@@ -176,7 +178,7 @@ impl Keys {
             self.rkey,
             self.vaddr
         );
-        for b in self.gid {
+        for b in self.gid.as_bytes() {
             text.push_str(&format!("{b:02x}:"));
         }
         text.push_str(&format!("{:08x}:", self.srqn));
@@ -228,7 +230,7 @@ impl Keys {
             psn,
             rkey,
             vaddr,
-            gid,
+            gid: Gid::from(gid),
             srqn,
         })
     }
@@ -563,8 +565,7 @@ mod tests {
         646f6e6500";
 
     fn write_bw_client_keys() -> Keys {
-        let mut gid = [0u8; 16];
-        gid[10..].copy_from_slice(&[0xff, 0xff, 10, 99, 0, 3]);
+        let gid = Gid::from(std::net::Ipv4Addr::new(10, 99, 0, 3));
         Keys {
             lid: 0,
             out_reads: 1,
@@ -578,8 +579,7 @@ mod tests {
     }
 
     fn server_keys(out_reads: u16) -> Keys {
-        let mut gid = [0u8; 16];
-        gid[10..].copy_from_slice(&[0xff, 0xff, 10, 99, 0, 2]);
+        let gid = Gid::from(std::net::Ipv4Addr::new(10, 99, 0, 2));
         Keys {
             lid: 0,
             out_reads,

@@ -141,7 +141,7 @@ pub fn address_lines(local: bool, k: &Keys, verb: Verb) -> [String; 2] {
             c_alt_hex(k.vaddr, 16)
         ));
     }
-    let gid: Vec<String> = k.gid.iter().map(|b| format!("{b:02}")).collect();
+    let gid: Vec<String> = k.gid.as_bytes().iter().map(|b| format!("{b:02}")).collect();
     [a, format!(" GID: {}", gid.join(":"))]
 }
 
@@ -299,8 +299,7 @@ mod tests {
     use super::*;
 
     fn keys(qpn: u32, psn: u32, rkey: u32, vaddr: u64, last: u8) -> Keys {
-        let mut gid = [0u8; 16];
-        gid[10..].copy_from_slice(&[0xff, 0xff, 10, 99, 0, last]);
+        let gid = rxe_verbs::Gid::from(std::net::Ipv4Addr::new(10, 99, 0, last));
         Keys {
             lid: 0,
             out_reads: 128,

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use rxe_core::transport::Psn;
+use rxe_core::Gid;
 use rxe_verbs::{
     connect, AccessFlags, AddressVector, Cq, Device, InitParams, Mr, PathMtu, Qp, QpCap,
     QpInitAttr, QpType, RcParams, ReadyParams, RemoteQp, WorkCompletion,
@@ -52,7 +53,7 @@ impl<'a> Perf<'a> {
         cfg: &'a Config,
         lay: Layout,
         mtu: PathMtu,
-        (gid_index, gid): (u8, [u8; 16]),
+        (gid_index, gid): (u8, Gid),
         lid: u16,
         (out_reads, max_init_rd): (u16, u8),
     ) -> Result<Perf<'a>> {

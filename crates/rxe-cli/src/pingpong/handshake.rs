@@ -16,7 +16,8 @@
 //! size (a peer's segments may be split or merged on the way).
 
 use std::io::{self, Read, Write};
-use std::net::Ipv6Addr;
+
+use rxe_verbs::Gid;
 
 use crate::side_channel::read_full;
 
@@ -40,7 +41,7 @@ pub struct Dest {
     /// expected receive PSN.
     pub psn: u32,
     /// Raw GID bytes; all zero when the sender ran without a GID index.
-    pub gid: [u8; 16],
+    pub gid: Gid,
 }
 
 /// Why a handshake failed.
@@ -67,7 +68,7 @@ impl Dest {
             self.qpn & 0xff_ffff,
             self.psn & 0xff_ffff
         );
-        for b in self.gid {
+        for b in self.gid.as_bytes() {
             text.push_str(&format!("{b:02x}"));
         }
         let mut out = [0u8; MSG_LEN];
@@ -107,7 +108,12 @@ impl Dest {
             let at = 19 + 2 * i;
             *g = field(at..at + 2)? as u8;
         }
-        Ok(Dest { lid, qpn, psn, gid })
+        Ok(Dest {
+            lid,
+            qpn,
+            psn,
+            gid: Gid::from(gid),
+        })
     }
 
     /// Whether this is one of `srq_pingpong`'s all-zero padding messages.
@@ -118,7 +124,7 @@ impl Dest {
     /// The GID as `inet_ntop` prints it (`::ffff:10.0.0.1`), as the tools
     /// print it in their "local address" and "remote address" lines.
     pub fn gid_text(&self) -> String {
-        Ipv6Addr::from(self.gid).to_string()
+        self.gid.to_string()
     }
 }
 
@@ -204,10 +210,7 @@ mod tests {
     const CAPTURED: &[u8; 52] = b"0000:000011:63c9c5:00000000000000000000ffff0a630003\0";
 
     fn captured_dest() -> Dest {
-        let mut gid = [0u8; 16];
-        gid[10] = 0xff;
-        gid[11] = 0xff;
-        gid[12..].copy_from_slice(&[10, 99, 0, 3]);
+        let gid = Gid::from(std::net::Ipv4Addr::new(10, 99, 0, 3));
         Dest {
             lid: 0,
             qpn: 0x11,
@@ -233,7 +236,7 @@ mod tests {
             lid: 0xffff,
             qpn: 0xff_ffff,
             psn: 0xab_cdef,
-            gid: [0xfe; 16],
+            gid: Gid::from([0xfe; 16]),
         };
         assert_eq!(Dest::decode(&d.encode()).unwrap(), d);
         let upper: Vec<u8> = d.encode().iter().map(u8::to_ascii_uppercase).collect();

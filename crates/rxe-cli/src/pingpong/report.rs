@@ -50,10 +50,7 @@ mod tests {
     use super::*;
 
     fn dest(qpn: u32, psn: u32, last: u8) -> Dest {
-        let mut gid = [0u8; 16];
-        gid[10] = 0xff;
-        gid[11] = 0xff;
-        gid[12..].copy_from_slice(&[10, 99, 0, last]);
+        let gid = rxe_verbs::Gid::from(std::net::Ipv4Addr::new(10, 99, 0, last));
         Dest {
             lid: 0,
             qpn,

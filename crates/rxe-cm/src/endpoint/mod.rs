@@ -82,6 +82,7 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use core::time::Duration;
 
 use rxe_core::transport::Instant;
+use rxe_core::Gid;
 use tracing::debug;
 
 use crate::counters::{CmCounter, CmCounters};
@@ -224,7 +225,7 @@ struct Conn {
     answer: Option<Box<[u8; MAD_LEN]>>,
     timewait: Duration,
     /// SIDR, passive side: (requester's GID, Request ID).
-    sidr_key: Option<([u8; 16], u32)>,
+    sidr_key: Option<(Gid, u32)>,
     /// SIDR, passive side: the ServiceID asked for, echoed in the SIDR_REP.
     service_id: u64,
 }
@@ -264,7 +265,7 @@ pub struct CmEndpoint {
     by_remote: HashMap<(u64, u32), u32>,
     /// Connections by (remote CA GUID, remote QPN), once the REP is out.
     by_remote_qpn: HashMap<(u64, u32), u32>,
-    sidr_by_remote: HashMap<([u8; 16], u32), u32>,
+    sidr_by_remote: HashMap<(Gid, u32), u32>,
     listeners: BTreeSet<u64>,
     timers: BTreeSet<(Instant, u32)>,
     out: VecDeque<(MadAddr, Box<[u8; MAD_LEN]>)>,

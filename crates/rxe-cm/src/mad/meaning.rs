@@ -18,11 +18,7 @@ pub(crate) fn mtu_bytes(code: u8) -> Option<u32> {
 }
 
 fn gid_text(raw: u128) -> String {
-    let b = raw.to_be_bytes();
-    if b[..10].iter().all(|&x| x == 0) && b[10] == 0xff && b[11] == 0xff {
-        return format!("::ffff:{}.{}.{}.{}", b[12], b[13], b[14], b[15]);
-    }
-    std::net::Ipv6Addr::from(b).to_string()
+    rxe_core::Gid::from_bytes(raw.to_be_bytes()).to_string()
 }
 
 fn timeout_text(raw: u128) -> String {

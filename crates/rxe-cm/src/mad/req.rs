@@ -29,6 +29,7 @@
 use super::field::{clear_data, cm_message, require_data};
 use super::private_data::PrivateData;
 use super::{MadError, DATA_LEN};
+use rxe_core::Gid;
 
 /// Private data bytes of a REQ.
 pub const PRIVATE_DATA_LEN: usize = 92;
@@ -101,8 +102,8 @@ cm_message! {
 pub struct PathRepr {
     pub local_lid: u16,
     pub remote_lid: u16,
-    pub local_gid: [u8; 16],
-    pub remote_gid: [u8; 16],
+    pub local_gid: Gid,
+    pub remote_gid: Gid,
     /// 20 bits.
     pub flow_label: u32,
     /// 6 bits, an IBTA rate code.
@@ -175,8 +176,8 @@ macro_rules! read_path {
         PathRepr {
             local_lid: $v.$lid_l(),
             remote_lid: $v.$lid_r(),
-            local_gid: $v.$gid_l().to_be_bytes(),
-            remote_gid: $v.$gid_r().to_be_bytes(),
+            local_gid: Gid::from_bytes($v.$gid_l().to_be_bytes()),
+            remote_gid: Gid::from_bytes($v.$gid_r().to_be_bytes()),
             flow_label: $v.$fl(),
             packet_rate: $v.$rate(),
             traffic_class: $v.$tc(),
@@ -192,8 +193,8 @@ macro_rules! write_path {
     ($v:expr, $p:expr, $lid_l:ident, $lid_r:ident, $gid_l:ident, $gid_r:ident, $fl:ident, $rate:ident, $tc:ident, $hl:ident, $sl:ident, $sub:ident, $ack:ident) => {
         $v.$lid_l($p.local_lid);
         $v.$lid_r($p.remote_lid);
-        $v.$gid_l(u128::from_be_bytes($p.local_gid));
-        $v.$gid_r(u128::from_be_bytes($p.remote_gid));
+        $v.$gid_l(u128::from_be_bytes(*$p.local_gid.as_bytes()));
+        $v.$gid_r(u128::from_be_bytes(*$p.remote_gid.as_bytes()));
         $v.$fl($p.flow_label & 0xf_ffff);
         $v.$rate($p.packet_rate & 0x3f);
         $v.$tc($p.traffic_class);

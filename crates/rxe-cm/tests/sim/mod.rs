@@ -13,6 +13,7 @@ use core::time::Duration;
 use rxe_cm::mad::{RejectReason, SidrStatus, MAD_LEN};
 use rxe_cm::{AcceptParams, CmConfig, CmEndpoint, CmEvent, CommId, MadAddr, SidrReply};
 use rxe_core::transport::Instant;
+use rxe_core::Gid;
 
 /// splitmix64: one line of a published generator, pinned here so a seed
 /// names the same trace forever.
@@ -66,7 +67,7 @@ pub enum OnRequest {
 
 pub struct Node {
     pub ep: CmEndpoint,
-    pub gid: [u8; 16],
+    pub gid: Gid,
     pub on_request: OnRequest,
     /// Send the RTU when the REP arrives.
     pub auto_rtu: bool,
@@ -106,12 +107,8 @@ pub struct Sim {
     pub lost: u64,
 }
 
-pub fn gid(n: u8) -> [u8; 16] {
-    let mut g = [0u8; 16];
-    g[10] = 0xff;
-    g[11] = 0xff;
-    g[12..].copy_from_slice(&[127, 0, 0, n]);
-    g
+pub fn gid(n: u8) -> Gid {
+    Gid::from(std::net::Ipv4Addr::new(127, 0, 0, n))
 }
 
 /// Timers small enough for a quick simulation: response timeout

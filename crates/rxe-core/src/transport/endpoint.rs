@@ -39,7 +39,7 @@ use super::recv::{Responder, Srq, SrqAttr, SrqInit};
 use super::send::Requester;
 use super::time::Instant;
 use super::wr::{RecvWr, SendWr, WorkCompletion};
-use crate::wire::{Operation, Transport, TransportPacket, TransportRepr};
+use crate::wire::{Gid, Operation, Transport, TransportPacket, TransportRepr};
 
 /// The QPN of the general services interface (IBTA 3.5.1).
 pub const GSI_QPN: u32 = 1;
@@ -100,7 +100,7 @@ pub struct Endpoint {
     pkey_table: Vec<u16>,
     /// The port's GID table, by index (an empty entry is `None`): a
     /// connected QP's source GID is the entry its path names.
-    gid_table: Vec<Option<[u8; 16]>>,
+    gid_table: Vec<Option<Gid>>,
     qps: HashMap<u32, Qp>,
     next_qpn: u32,
     srqs: HashMap<u32, Srq>,
@@ -191,14 +191,14 @@ impl Endpoint {
     }
 
     /// The port's GID table, as [`Endpoint::set_gid_table`] last set it.
-    pub fn gid_table(&self) -> &[Option<[u8; 16]>] {
+    pub fn gid_table(&self) -> &[Option<Gid>] {
         &self.gid_table
     }
 
     /// Replaces the port's GID table. A connected QP accepts a packet only
     /// if its destination GID is the entry of the QP's `sgid_index`, so the
     /// device keeps this table current as the host's addresses change.
-    pub fn set_gid_table(&mut self, table: Vec<Option<[u8; 16]>>) {
+    pub fn set_gid_table(&mut self, table: Vec<Option<Gid>>) {
         self.gid_table = table;
         for qp in self.qps.values_mut() {
             path::refresh(&mut qp.common, &self.pkey_table, &self.gid_table);
@@ -292,7 +292,7 @@ impl Endpoint {
     /// (`ibv_attach_mcast`). `Ok(true)`: the port had no member of that
     /// group before, so the device must now receive it (join it on the
     /// host).
-    pub fn attach_mcast(&mut self, qpn: u32, mgid: [u8; 16]) -> Result<bool, EndpointError> {
+    pub fn attach_mcast(&mut self, qpn: u32, mgid: Gid) -> Result<bool, EndpointError> {
         let qp = self.qps.get(&qpn).ok_or(EndpointError::NoSuchQp(qpn))?;
         let t = qp.common.qp_type();
         if t != QpType::Ud {
@@ -303,7 +303,7 @@ impl Endpoint {
 
     /// Detaches QP `qpn` from `mgid` (`ibv_detach_mcast`). `Ok(true)`: that
     /// was the group's last member on this port (leave it on the host).
-    pub fn detach_mcast(&mut self, qpn: u32, mgid: [u8; 16]) -> Result<bool, EndpointError> {
+    pub fn detach_mcast(&mut self, qpn: u32, mgid: Gid) -> Result<bool, EndpointError> {
         if !self.qps.contains_key(&qpn) {
             return Err(EndpointError::NoSuchQp(qpn));
         }
@@ -311,7 +311,7 @@ impl Endpoint {
     }
 
     /// The multicast groups QP `qpn` is attached to.
-    pub fn mcast_groups_of(&self, qpn: u32) -> Vec<[u8; 16]> {
+    pub fn mcast_groups_of(&self, qpn: u32) -> Vec<Gid> {
         self.mcast.groups_of(qpn)
     }
 

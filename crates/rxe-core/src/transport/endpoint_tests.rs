@@ -8,6 +8,7 @@ use crate::transport::qp::{AccessFlags, AddressVector, PathMtu};
 use crate::transport::vec_memory::VecMemory;
 use crate::transport::wr::{SendData, SendOp, Sge, WcOpcode, WcStatus, WorkQueue};
 use crate::transport::{test_packet, Psn};
+use crate::wire::Gid;
 use crate::wire::{AethRepr, BthRepr, DethRepr, ExtReprs, Opcode, Syndrome};
 
 /// An endpoint with one RC QP in RTR (expecting PSN 100) and one UD QP
@@ -105,7 +106,7 @@ fn qp_numbering_can_start_anywhere_and_wraps_past_the_special_ones() {
 fn refused_packets_are_counted_by_reason() {
     let (mut ep, rc, ud) = setup();
     let mut mem = VecMemory::new();
-    let meta = RecvMeta::between([0; 16], [0; 16]);
+    let meta = RecvMeta::between(Gid::ZERO, Gid::ZERO);
     let now = Instant::ZERO;
     // Malformed: the wire error's own counter.
     ep.handle(now, &meta, &[0u8; 7], &mut mem);
@@ -135,7 +136,7 @@ fn limited_members_never_talk() {
     let (mut ep, rc, _) = setup();
     ep.set_pkey_table(vec![0x7fff]);
     let mut mem = VecMemory::new();
-    let meta = RecvMeta::between([0; 16], [0; 16]);
+    let meta = RecvMeta::between(Gid::ZERO, Gid::ZERO);
     ep.handle(Instant::ZERO, &meta, &ack_to(rc, 0x7fff), &mut mem);
     assert_eq!(ep.counters().get(Counter::DropPkeyMismatch), 1);
 }
@@ -171,13 +172,13 @@ fn rc_send(
     opcode: Opcode,
     data: &[u8],
 ) {
-    let meta = RecvMeta::between([0; 16], [0; 16]);
+    let meta = RecvMeta::between(Gid::ZERO, Gid::ZERO);
     let pkt = request(qpn, opcode, psn, ExtReprs::default(), data);
     ep.handle(Instant::ZERO, &meta, &pkt, mem);
 }
 
 fn ud_send(ep: &mut Endpoint, mem: &mut VecMemory, qpn: u32, data: &[u8]) {
-    let meta = RecvMeta::between([0; 16], [0; 16]);
+    let meta = RecvMeta::between(Gid::ZERO, Gid::ZERO);
     let ext = ExtReprs {
         deth: Some(DethRepr {
             qkey: 0x1111,
@@ -572,8 +573,8 @@ fn pkey_matching_rule() {
 }
 
 /// A UD SEND to the permissive QPN for group `mgid`, Q_Key `qkey`.
-fn mcast_send(ep: &mut Endpoint, mem: &mut VecMemory, mgid: [u8; 16], qkey: u32, data: &[u8]) {
-    let meta = RecvMeta::between([0; 16], mgid);
+fn mcast_send(ep: &mut Endpoint, mem: &mut VecMemory, mgid: Gid, qkey: u32, data: &[u8]) {
+    let meta = RecvMeta::between(Gid::ZERO, mgid);
     let ext = ExtReprs {
         deth: Some(DethRepr { qkey, src_qp: 0x77 }),
         ..Default::default()
@@ -582,11 +583,8 @@ fn mcast_send(ep: &mut Endpoint, mem: &mut VecMemory, mgid: [u8; 16], qkey: u32,
     ep.handle(Instant::ZERO, &meta, &pkt, mem);
 }
 
-fn mapped_v4(a: [u8; 4]) -> [u8; 16] {
-    let mut g = [0; 16];
-    g[10..12].copy_from_slice(&[0xff, 0xff]);
-    g[12..].copy_from_slice(&a);
-    g
+fn mapped_v4(a: [u8; 4]) -> Gid {
+    Gid::from(std::net::Ipv4Addr::from(a))
 }
 
 #[test]
@@ -643,7 +641,7 @@ fn a_multicast_packet_reaches_every_attached_ud_qp_once_each() {
         ExtReprs::default(),
         b"x",
     );
-    let meta = RecvMeta::between([0; 16], g);
+    let meta = RecvMeta::between(Gid::ZERO, g);
     let unknown = ep.counters().get(Counter::DropUnknownQp);
     ep.handle(Instant::ZERO, &meta, &rc_to_all, &mut mem);
     assert_eq!(ep.counters().get(Counter::DropUnknownQp), unknown + 1);
@@ -669,7 +667,7 @@ fn a_multicast_packet_reaches_every_attached_ud_qp_once_each() {
 fn marked() -> RecvMeta {
     RecvMeta {
         ce: true,
-        ..RecvMeta::between([0; 16], [0; 16])
+        ..RecvMeta::between(Gid::ZERO, Gid::ZERO)
     }
 }
 
@@ -782,7 +780,7 @@ fn with_the_notification_point_off_ce_is_only_counted() {
 fn cnps_are_ignored_unless_the_qp_can_react() {
     let (mut ep, rc, ud) = setup();
     let mut mem = VecMemory::new();
-    let meta = RecvMeta::between([0; 16], [0; 16]);
+    let meta = RecvMeta::between(Gid::ZERO, Gid::ZERO);
     ep.handle(us(1), &meta, &cnp_to(0x999), &mut mem);
     ep.handle(us(1), &meta, &cnp_to(ud), &mut mem);
     // RTR: the QP sends nothing yet, so there is no rate to lower.
@@ -791,7 +789,7 @@ fn cnps_are_ignored_unless_the_qp_can_react() {
     assert_eq!(ep.counters().get(Counter::DropUnknownQp), 0);
     to_rts(&mut ep, rc);
     // From another path: ignored (no one may throttle a QP it does not talk to).
-    let stranger = RecvMeta::between([9; 16], [0; 16]);
+    let stranger = RecvMeta::between(Gid::from([9; 16]), Gid::ZERO);
     ep.handle(us(2), &stranger, &cnp_to(rc), &mut mem);
     assert_eq!(ep.counters().get(Counter::RpCnpIgnored), 4);
     assert_eq!(ep.qp_rate_mbps(rc, us(2)), None);
@@ -844,7 +842,7 @@ fn a_cnp_paces_the_requester_by_time() {
     // Unlimited: all 8 packets at once, no deadline but the ACK timer's.
     ep.post_send(rc, write(1)).unwrap();
     assert_eq!(drain(&mut ep, &mut mem, us(0)).len(), 8);
-    let meta = RecvMeta::between([0; 16], [0; 16]);
+    let meta = RecvMeta::between(Gid::ZERO, Gid::ZERO);
     ep.handle(us(10), &meta, &cnp_to(rc), &mut mem);
     let rate = ep.qp_rate_mbps(rc, us(10)).unwrap();
     ep.post_send(rc, write(2)).unwrap();

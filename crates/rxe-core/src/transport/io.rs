@@ -5,6 +5,7 @@
 
 use crate::transport::qp::AddressVector;
 use crate::wire::grh;
+use crate::wire::Gid;
 
 /// A packet the engine wrote into the caller's buffer: BTH through pad,
 /// then 4 zero bytes where the device puts the ICRC once it knows the IP
@@ -22,8 +23,8 @@ pub struct Transmit {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecvMeta {
     /// Source and destination GIDs (IPv4-mapped for RoCEv2 over IPv4).
-    pub sgid: [u8; 16],
-    pub dgid: [u8; 16],
+    pub sgid: Gid,
+    pub dgid: Gid,
     /// The 40 bytes a UD receive buffer starts with: for IPv4, 20 zero
     /// bytes then the IPv4 header; for IPv6 (and RoCEv1) the IPv6 header or
     /// GRH (IBTA 11.4.1.2; RoCEv2 Annex A17.4.5.1).
@@ -36,7 +37,7 @@ pub struct RecvMeta {
 
 impl RecvMeta {
     /// Metadata for a packet between two GIDs with an all-zero GRH space.
-    pub fn between(sgid: [u8; 16], dgid: [u8; 16]) -> RecvMeta {
+    pub fn between(sgid: Gid, dgid: Gid) -> RecvMeta {
         RecvMeta {
             sgid,
             dgid,

@@ -124,6 +124,12 @@ impl<T> KeyTable<T> {
         }
     }
 
+    /// As [`KeyTable::by_index`], mutably.
+    pub fn by_index_mut(&mut self, key: Key) -> Option<(Key, &mut T)> {
+        let i = self.slot_of(key)?;
+        self.slots.get_mut(i)?.entry.as_mut().map(|(k, v)| (*k, v))
+    }
+
     /// As [`KeyTable::get`], mutably.
     pub fn get_mut(&mut self, key: Key) -> Option<&mut T> {
         let i = self.slot_of(key)?;

@@ -3,9 +3,11 @@
 //! requester for the local scatter/gather entries of its work requests
 //! (L_Keys).
 //!
-//! The verbs layer implements [`MemoryAccess`] with its MR table; `VecMemory`
-//! is a small, safe implementation over `Vec<u8>` buffers for the transport
-//! tests and the network simulator.
+//! [`MemoryAccess`] has one implementation, `RegionTable` (the
+//! `region_table` module), which applies the rules below; the verbs
+//! layer's MR table is that table over registered memory, `VecMemory` the
+//! same table over `Vec<u8>` buffers for the transport tests and the
+//! network simulator.
 //!
 //! A responder validates an RETH once per message with
 //! [`MemoryAccess::check_rdma`], keeps the [`Region`] it gets, and copies each
@@ -553,8 +555,9 @@ pub trait MemoryAccess {
     ) -> Result<Region, MemError>;
 
     /// Copies `dst.len()` bytes at `offset` into `region` to `dst`. Errors if
-    /// they are not inside `region` or its key no longer names a region; a
-    /// zero-length copy always succeeds.
+    /// they are not inside `region` (an offset past its end, even for zero
+    /// bytes) or its key no longer names a region; a zero-length copy
+    /// inside it succeeds without looking the region up.
     fn read(&self, region: &Region, offset: usize, dst: &mut [u8]) -> Result<(), MemError>;
 
     /// Copies `src` to `offset` bytes into `region`; errors as [`read`].

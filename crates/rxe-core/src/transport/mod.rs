@@ -21,7 +21,9 @@
 //!   answered, duplicates included), the receive queue, the responder
 //!   resources and the shared receive queues.
 //! - `memory`: keys, regions and the memory trait the engine reads and
-//!   writes through, with its checks.
+//!   writes through, with its checks; `region_table`: its one
+//!   implementation, generic over how a region holds its bytes
+//!   (`vec_memory`: over `Vec<u8>`; rxe-verbs: over registered memory).
 //! - `psn`: 24-bit packet sequence numbers, their wrap-around arithmetic,
 //!   the half-space comparison that requesters and responders use, and the
 //!   responder's classification of a request PSN (expected, duplicate, ahead).
@@ -78,6 +80,7 @@ mod path;
 mod psn;
 mod qp;
 mod recv;
+mod region_table;
 mod send;
 #[cfg(test)]
 mod test_packet;
@@ -113,8 +116,9 @@ pub use qp::{
     MAX_MIN_RNR_TIMER, MAX_QPN, MAX_RETRY_CNT, MAX_RNR_RETRY, MAX_SL, MAX_TIMEOUT,
 };
 pub use recv::{Srq, SrqAttr, SrqInit};
+pub use region_table::{OutsideStore, RegionEntry, RegionTable};
 pub use time::Instant;
-pub use vec_memory::VecMemory;
+pub use vec_memory::{VecMemory, VecRegion};
 pub use window::{
     is_window_key, BindError, Binding, MwBind, MwType, QpRef, WindowInfo, WindowTable,
     FIRST_WINDOW_INDEX,

@@ -18,6 +18,8 @@
 
 use std::collections::HashMap;
 
+use crate::wire::Gid;
+
 /// The destination QPN of a multicast packet (the "permissive" QPN).
 pub const MULTICAST_QPN: u32 = 0xff_ffff;
 
@@ -32,12 +34,12 @@ pub const MAX_TOTAL_ATTACHES: usize = 0x7_0000;
 /// Whether `gid` is a multicast GID: IPv6 multicast (ff00::/8, which is
 /// also IBTA's multicast GID prefix, 4.1.1) or IPv4-mapped
 /// (::ffff:a.b.c.d) with a.b.c.d in 224.0.0.0/4.
-pub fn is_multicast_gid(gid: &[u8; 16]) -> bool {
-    let v4_mapped = gid[..10].iter().all(|b| *b == 0) && gid[10] == 0xff && gid[11] == 0xff;
-    if v4_mapped {
-        gid[12] & 0xf0 == 0xe0
+pub fn is_multicast_gid(gid: &Gid) -> bool {
+    let b = gid.as_bytes();
+    if gid.is_ipv4_mapped() {
+        b[12] & 0xf0 == 0xe0
     } else {
-        gid[0] == 0xff
+        b[0] == 0xff
     }
 }
 
@@ -55,7 +57,7 @@ pub enum McastError {
 /// Multicast GID -> the QPNs attached to it, in the order they attached.
 #[derive(Debug, Default)]
 pub struct McastGroups {
-    groups: HashMap<[u8; 16], Vec<u32>>,
+    groups: HashMap<Gid, Vec<u32>>,
     total: usize,
 }
 
@@ -66,7 +68,7 @@ impl McastGroups {
 
     /// Attaches `qpn` to `mgid`; `Ok(true)` when it made a new group (the
     /// device then joins it on the host), `Ok(false)` otherwise.
-    pub fn attach(&mut self, mgid: [u8; 16], qpn: u32) -> Result<bool, McastError> {
+    pub fn attach(&mut self, mgid: Gid, qpn: u32) -> Result<bool, McastError> {
         if !is_multicast_gid(&mgid) {
             return Err(McastError::NotMulticast);
         }
@@ -91,7 +93,7 @@ impl McastGroups {
 
     /// Detaches `qpn` from `mgid`; `Ok(true)` when the group is now empty
     /// and gone (the device then leaves it on the host).
-    pub fn detach(&mut self, mgid: [u8; 16], qpn: u32) -> Result<bool, McastError> {
+    pub fn detach(&mut self, mgid: Gid, qpn: u32) -> Result<bool, McastError> {
         if !is_multicast_gid(&mgid) {
             return Err(McastError::NotMulticast);
         }
@@ -118,7 +120,7 @@ impl McastGroups {
     }
 
     /// The groups `qpn` is attached to.
-    pub fn groups_of(&self, qpn: u32) -> Vec<[u8; 16]> {
+    pub fn groups_of(&self, qpn: u32) -> Vec<Gid> {
         self.groups
             .iter()
             .filter(|(_, m)| m.contains(&qpn))
@@ -129,14 +131,14 @@ impl McastGroups {
     /// Takes the member list of `mgid` out of the table (empty if no such
     /// group) so the caller can deliver to each while it borrows the QPs;
     /// [`McastGroups::put_back`] returns it. No allocation per packet.
-    pub(crate) fn take_members(&mut self, mgid: &[u8; 16]) -> Vec<u32> {
+    pub(crate) fn take_members(&mut self, mgid: &Gid) -> Vec<u32> {
         self.groups
             .get_mut(mgid)
             .map(std::mem::take)
             .unwrap_or_default()
     }
 
-    pub(crate) fn put_back(&mut self, mgid: &[u8; 16], members: Vec<u32>) {
+    pub(crate) fn put_back(&mut self, mgid: &Gid, members: Vec<u32>) {
         if let Some(m) = self.groups.get_mut(mgid) {
             *m = members;
         }
@@ -147,12 +149,8 @@ impl McastGroups {
 mod tests {
     use super::*;
 
-    fn v4(a: [u8; 4]) -> [u8; 16] {
-        let mut g = [0; 16];
-        g[10] = 0xff;
-        g[11] = 0xff;
-        g[12..].copy_from_slice(&a);
-        g
+    fn v4(a: [u8; 4]) -> Gid {
+        Gid::from(std::net::Ipv4Addr::from(a))
     }
 
     #[test]
@@ -164,12 +162,12 @@ mod tests {
         let mut ff0e = [0; 16];
         ff0e[0] = 0xff;
         ff0e[1] = 0x0e;
-        assert!(is_multicast_gid(&ff0e));
+        assert!(is_multicast_gid(&Gid::from(ff0e)));
         let mut link_local = [0; 16];
         link_local[0] = 0xfe;
         link_local[1] = 0x80;
-        assert!(!is_multicast_gid(&link_local));
-        assert!(!is_multicast_gid(&[0; 16]));
+        assert!(!is_multicast_gid(&Gid::from(link_local)));
+        assert!(!is_multicast_gid(&Gid::ZERO));
     }
 
     #[test]

@@ -26,6 +26,7 @@
 
 use super::io::RecvMeta;
 use super::qp::{AddressVector, QpCommon, QpConfig};
+use crate::wire::Gid;
 
 /// How a packet for a connected QP relates to its paths.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,7 +42,7 @@ pub(super) enum PathCheck {
 /// Checks a packet with BTH MigReq `mig_req` against connected QP `c`.
 pub(super) fn check(
     c: &QpCommon,
-    gids: &[Option<[u8; 16]>],
+    gids: &[Option<Gid>],
     meta: &RecvMeta,
     mig_req: bool,
 ) -> PathCheck {
@@ -58,14 +59,14 @@ pub(super) fn check(
 
 /// Whether a packet came by the primary path (for what no migration may
 /// start from, such as a CNP).
-pub(super) fn on_primary(c: &QpCommon, gids: &[Option<[u8; 16]>], meta: &RecvMeta) -> bool {
+pub(super) fn on_primary(c: &QpCommon, gids: &[Option<Gid>], meta: &RecvMeta) -> bool {
     c.config
         .attrs()
         .av
         .is_some_and(|av| came_by(&av, gids, meta))
 }
 
-fn came_by(av: &AddressVector, gids: &[Option<[u8; 16]>], meta: &RecvMeta) -> bool {
+fn came_by(av: &AddressVector, gids: &[Option<Gid>], meta: &RecvMeta) -> bool {
     if meta.sgid != av.dgid {
         return false;
     }
@@ -74,7 +75,7 @@ fn came_by(av: &AddressVector, gids: &[Option<[u8; 16]>], meta: &RecvMeta) -> bo
 
 /// Brings `c`'s P_Keys and alternate-path usability in line with the
 /// port's tables (after Modify QP, a migration or a table change).
-pub(super) fn refresh(c: &mut QpCommon, pkeys: &[u16], gids: &[Option<[u8; 16]>]) {
+pub(super) fn refresh(c: &mut QpCommon, pkeys: &[u16], gids: &[Option<Gid>]) {
     c.pkey = pkey_at(pkeys, c.config.attrs().pkey_index.unwrap_or(0));
     let alt = c.config.attrs().alt_path;
     c.alt_pkey = alt.map_or(c.pkey, |p| pkey_at(pkeys, p.pkey_index));

@@ -294,8 +294,8 @@ pub(crate) mod tests {
             payload_len: 0,    // set by the builder
             next_header: 0x99, // set by the builder
             hop_limit: 5,
-            sgid: V6_SRC.octets(),
-            dgid: V6_DST.octets(),
+            sgid: V6_SRC.into(),
+            dgid: V6_DST.into(),
         }
     }
 

@@ -176,7 +176,7 @@ impl<'a> RoceFrame<'a> {
             };
         }
         let g = GrhRepr::parse(&Grh::new_unchecked(self.grh?)).ok()?;
-        Some((IpAddr::from(g.sgid), IpAddr::from(g.dgid)))
+        Some((IpAddr::V6(g.sgid.into()), IpAddr::V6(g.dgid.into())))
     }
 
     /// Source and destination LIDs of a native IB packet.

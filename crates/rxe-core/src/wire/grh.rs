@@ -20,10 +20,11 @@
 //! Routers may change TClass, FlowLabel and HopLmt, so the ICRC masks them
 //! (IBTA 7.8.1). The GRH has no reserved bits.
 
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::Ipv6Addr;
 
 use super::error::{need, Error, Layer, Result};
 use super::field::{be16, be32, put16, put32, Describe, FieldSpec};
+use super::gid::Gid;
 use super::view::header_view;
 
 pub const HEADER_LEN: usize = 40;
@@ -65,18 +66,18 @@ impl<T: AsRef<[u8]>> Grh<T> {
     pub fn hop_limit(&self) -> u8 {
         self.b()[7]
     }
-    pub fn sgid(&self) -> [u8; 16] {
+    pub fn sgid(&self) -> Gid {
         gid_at(self.b(), 8)
     }
-    pub fn dgid(&self) -> [u8; 16] {
+    pub fn dgid(&self) -> Gid {
         gid_at(self.b(), 24)
     }
 }
 
-fn gid_at(b: &[u8], at: usize) -> [u8; 16] {
+fn gid_at(b: &[u8], at: usize) -> Gid {
     let mut g = [0u8; 16];
     g.copy_from_slice(&b[at..at + 16]);
-    g
+    Gid::from_bytes(g)
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Grh<T> {
@@ -99,11 +100,11 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Grh<T> {
     pub fn set_hop_limit(&mut self, hops: u8) {
         self.m()[7] = hops;
     }
-    pub fn set_sgid(&mut self, gid: &[u8; 16]) {
-        self.m()[8..24].copy_from_slice(gid);
+    pub fn set_sgid(&mut self, gid: &Gid) {
+        self.m()[8..24].copy_from_slice(gid.as_bytes());
     }
-    pub fn set_dgid(&mut self, gid: &[u8; 16]) {
-        self.m()[24..40].copy_from_slice(gid);
+    pub fn set_dgid(&mut self, gid: &Gid) {
+        self.m()[24..40].copy_from_slice(gid.as_bytes());
     }
 }
 
@@ -118,8 +119,8 @@ pub struct GrhRepr {
     /// `NXT_HDR_IBA` for IBA transport.
     pub next_header: u8,
     pub hop_limit: u8,
-    pub sgid: [u8; 16],
-    pub dgid: [u8; 16],
+    pub sgid: Gid,
+    pub dgid: Gid,
 }
 
 impl GrhRepr {
@@ -171,12 +172,12 @@ impl GrhRepr {
 
 /// A GID in IPv6 text form, with what kind of GID it is.
 fn gid_meaning(raw: u128) -> String {
-    let addr = Ipv6Addr::from(raw);
+    let gid = Gid::from_bytes(raw.to_be_bytes());
+    let addr = Ipv6Addr::from(gid);
     let seg = addr.segments();
-    if seg[..5] == [0; 5] && seg[5] == 0xffff {
+    if gid.is_ipv4_mapped() {
         // RoCEv2 names an IPv4 address by its IPv4-mapped IPv6 address.
-        let v4 = Ipv4Addr::from((raw & 0xffff_ffff) as u32);
-        return format!("{addr} (RoCEv2 GID of IPv4 address {v4})");
+        return format!("{addr} (RoCEv2 GID of IPv4 address {})", gid.to_ip());
     }
     if seg[0] == 0xfe80 && seg[1..4] == [0; 3] {
         // The default GID prefix: subnet-local, interface ID = port GUID.
@@ -299,8 +300,8 @@ mod tests {
             payload_len: 0,
             next_header: NXT_HDR_IBA,
             hop_limit: 0,
-            sgid: [0; 16],
-            dgid: [0; 16],
+            sgid: Gid::ZERO,
+            dgid: Gid::ZERO,
         };
         let mut out = [0xaau8; HEADER_LEN];
         r.emit(&mut Grh::new_unchecked(&mut out[..]));
@@ -324,8 +325,8 @@ mod tests {
                 payload_len: len,
                 next_header: nh[0],
                 hop_limit: nh[1],
-                sgid,
-                dgid,
+                sgid: sgid.into(),
+                dgid: dgid.into(),
             })
     }
 
@@ -356,8 +357,8 @@ mod tests {
             prop_assert_eq!(f("payload_len"), u128::from(v.payload_len()));
             prop_assert_eq!(f("next_header"), u128::from(v.next_header()));
             prop_assert_eq!(f("hop_limit"), u128::from(v.hop_limit()));
-            prop_assert_eq!(f("sgid"), u128::from_be_bytes(v.sgid()));
-            prop_assert_eq!(f("dgid"), u128::from_be_bytes(v.dgid()));
+            prop_assert_eq!(f("sgid"), u128::from_be_bytes(*v.sgid().as_bytes()));
+            prop_assert_eq!(f("dgid"), u128::from_be_bytes(*v.dgid().as_bytes()));
         }
     }
 }

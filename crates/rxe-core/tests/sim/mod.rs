@@ -27,6 +27,7 @@ use rxe_core::transport::{
 use rxe_core::wire::build::{emit_roce_v2, RoceV2Ip};
 use rxe_core::wire::frame::{decode, LinkType};
 use rxe_core::wire::{icrc, TransportRepr};
+use rxe_core::Gid;
 
 #[allow(unused_imports)]
 pub use net::{Bottleneck, Fate, Faults, Filter, LogEntry, Net, NetStats, PacketInfo, Verdict};
@@ -35,15 +36,6 @@ pub use rng::Rng;
 
 /// Room for the largest packet: 4096 bytes of payload and every header.
 const BUF_LEN: usize = 4096 + 256;
-
-/// The IPv4-mapped IPv6 GID of an IPv4 address.
-pub fn gid_of(ip: Ipv4Addr) -> [u8; 16] {
-    ip.to_ipv6_mapped().octets()
-}
-
-fn ip_of_gid(gid: &[u8; 16]) -> Option<Ipv4Addr> {
-    std::net::Ipv6Addr::from(*gid).to_ipv4_mapped()
-}
 
 /// One simulated NIC port.
 pub struct Node {
@@ -59,8 +51,8 @@ pub struct Node {
 }
 
 impl Node {
-    pub fn gid(&self) -> [u8; 16] {
-        gid_of(self.ip)
+    pub fn gid(&self) -> Gid {
+        Gid::from(self.ip)
     }
 
     /// The node's address at GID index `i`.
@@ -75,7 +67,7 @@ impl Node {
     /// index `i`.
     pub fn av_at(&self, i: u8) -> AddressVector {
         AddressVector {
-            dgid: gid_of(self.ip_at(i).expect("no such address")),
+            dgid: Gid::from(self.ip_at(i).expect("no such address")),
             ..self.av()
         }
     }
@@ -179,7 +171,7 @@ pub struct Sim {
 pub fn recv_meta(ip_header: &[u8]) -> RecvMeta {
     let src = Ipv4Addr::new(ip_header[12], ip_header[13], ip_header[14], ip_header[15]);
     let dst = Ipv4Addr::new(ip_header[16], ip_header[17], ip_header[18], ip_header[19]);
-    let mut meta = RecvMeta::between(gid_of(src), gid_of(dst));
+    let mut meta = RecvMeta::between(Gid::from(src), Gid::from(dst));
     meta.grh[20..40].copy_from_slice(&ip_header[..20]);
     meta.ce = is_ce(ip_header[1]);
     meta
@@ -241,7 +233,7 @@ impl Sim {
                 let mut ep = Endpoint::new(caps);
                 // One GID, as a device on one address has: connected QPs
                 // then check both ends of every packet's path.
-                ep.set_gid_table(vec![Some(gid_of(ip))]);
+                ep.set_gid_table(vec![Some(Gid::from(ip))]);
                 Node {
                     ep,
                     mem: VecMemory::new(),
@@ -304,7 +296,7 @@ impl Sim {
         node.more_ips.push(ip);
         let table = std::iter::once(node.ip)
             .chain(node.more_ips.iter().copied())
-            .map(|ip| Some(gid_of(ip)))
+            .map(|ip| Some(Gid::from(ip)))
             .collect();
         node.ep.set_gid_table(table);
     }
@@ -331,7 +323,10 @@ impl Sim {
         let src_ip = self.nodes[from]
             .ip_at(dest.sgid_index)
             .unwrap_or(self.nodes[from].ip);
-        let dst_ip = ip_of_gid(&dest.dgid);
+        let dst_ip = match dest.dgid.to_ip() {
+            IpAddr::V4(v4) => Some(v4),
+            IpAddr::V6(_) => None,
+        };
         let to = dst_ip.and_then(|ip| self.node_of(ip));
         let mut info = packet_info(from, to.unwrap_or(usize::MAX), &pkt.repr, pkt.payload);
         info.src_ip = src_ip;

@@ -4,6 +4,7 @@
 //! copy of the private data that lives until the event is acked.
 
 use rxe_verbs::cm::{PeerConnParam, RdmaCmEvent, UdPeer, Unreachable, RDMA_UDP_QKEY};
+use rxe_verbs::Gid;
 use rxe_verbs_abi::rdmacm::*;
 use rxe_verbs_abi::{ibv_ah_attr, ibv_global_route};
 
@@ -59,7 +60,7 @@ fn ud(data: &[u8], id: &CId, peer: Option<UdPeer>) -> rdma_cm_event_param {
     let dgid = id
         .inner
         .remote_addr()
-        .map_or([0; 16], |a| rxe_verbs::gid_of(a.ip()));
+        .map_or(Gid::ZERO, |a| Gid::from(a.ip()));
     rdma_cm_event_param {
         ud: rdma_ud_param {
             private_data: if data.is_empty() {
@@ -70,7 +71,7 @@ fn ud(data: &[u8], id: &CId, peer: Option<UdPeer>) -> rdma_cm_event_param {
             private_data_len: data.len().min(255) as u8,
             ah_attr: ibv_ah_attr {
                 grh: ibv_global_route {
-                    dgid,
+                    dgid: dgid.into(),
                     flow_label: 0,
                     sgid_index: id.inner.sgid_index(),
                     hop_limit: route.map_or(64, |r| r.hop_limit),
@@ -101,7 +102,7 @@ fn multicast_param(
             private_data_len: 0,
             ah_attr: ibv_ah_attr {
                 grh: ibv_global_route {
-                    dgid: av.dgid,
+                    dgid: av.dgid.into(),
                     flow_label: av.flow_label,
                     sgid_index: av.sgid_index,
                     hop_limit: av.hop_limit,

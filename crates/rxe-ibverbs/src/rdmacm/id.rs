@@ -22,6 +22,7 @@ use std::sync::{Condvar, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use rxe_verbs::cm::{CmId, ConnParam, PortSpace};
+use rxe_verbs::Gid;
 use rxe_verbs_abi::consts::{IBV_QPT_RC, IBV_QPT_UD};
 use rxe_verbs_abi::kern::ibv_sa_path_rec;
 use rxe_verbs_abi::rdmacm::*;
@@ -196,19 +197,19 @@ impl CId {
         let dst = self.inner.remote_addr();
         if let Some(s) = src {
             id.route.addr.src = sockaddr::storage(&s);
-            id.route.addr.ibaddr.sgid = rxe_verbs::gid_of(s.ip());
+            id.route.addr.ibaddr.sgid = Gid::from(s.ip()).into();
         }
         if let Some(d) = dst {
             id.route.addr.dst = sockaddr::storage(&d);
-            id.route.addr.ibaddr.dgid = rxe_verbs::gid_of(d.ip());
+            id.route.addr.ibaddr.dgid = Gid::from(d.ip()).into();
         }
         id.route.addr.ibaddr.pkey = 0xffffu16.to_be();
         if let (Some(r), Some(d)) = (self.inner.route(), dst) {
             // SAFETY: our own path record, pointed to by `route.path_rec`.
             let path = unsafe { &mut *self.path.get() };
             *path = ibv_sa_path_rec {
-                dgid: rxe_verbs::gid_of(d.ip()),
-                sgid: src.map_or([0; 16], |s| rxe_verbs::gid_of(s.ip())),
+                dgid: Gid::from(d.ip()).into(),
+                sgid: src.map_or(Gid::ZERO, |s| Gid::from(s.ip())).into(),
                 hop_limit: r.hop_limit,
                 traffic_class: r.traffic_class,
                 reversible: 1,

@@ -212,7 +212,7 @@ fn init_qp_attr(c: &CId, out: &mut ibv_qp_attr) -> Result<c_int, c_int> {
                 out.min_rnr_timer = a.min_rnr_timer;
                 out.ah_attr = ibv_ah_attr {
                     grh: ibv_global_route {
-                        dgid: a.path.dgid,
+                        dgid: a.path.dgid.into(),
                         flow_label: a.path.flow_label,
                         sgid_index: c.inner.sgid_index(),
                         hop_limit: a.path.hop_limit,

@@ -41,7 +41,7 @@ use crate::encap::{self, OpenOptions, RecvInfo, WireHeaders, DEFAULT_HOP_LIMIT, 
 use crate::engine::Engine;
 use crate::fault::{Fate, FaultState, Faults};
 use crate::gso;
-use crate::netif::ip_of_gid;
+
 use crate::socket::{
     Offload, RoceSocket, RxBatch, RxMeta, TxBatch, GRO_SLOT_LEN, MAX_BATCH, MAX_IOV, ROCE_V2_PORT,
 };

@@ -82,7 +82,7 @@ impl NetPort {
             c.inc(NetCounter::SentNoSourceGid);
             return None;
         };
-        let (src_ip, dst_ip) = (ip_of_gid(sgid), ip_of_gid(t.dest.dgid));
+        let (src_ip, dst_ip) = (sgid.to_ip(), t.dest.dgid.to_ip());
         if src_ip.is_ipv4() != dst_ip.is_ipv4() {
             c.inc(NetCounter::SentFamilyMismatch);
             return None;
@@ -396,6 +396,7 @@ fn form_runs(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rxe_core::Gid;
 
     fn batch(lens: &[(usize, u8)]) -> TxBatch {
         let mut b = TxBatch::new(lens.len().max(1), 2048);
@@ -440,7 +441,7 @@ mod tests {
     }
 
     /// Sends a fixed list of packets to one GID.
-    struct Emit(Vec<Vec<u8>>, [u8; 16]);
+    struct Emit(Vec<Vec<u8>>, Gid);
 
     impl Engine for Emit {
         fn handle(
@@ -475,8 +476,8 @@ mod tests {
             None
         }
         fn handle_timeout(&mut self, _: rxe_core::transport::Instant) {}
-        fn source_gid(&self, i: u8) -> Option<[u8; 16]> {
-            (i == 0).then(|| crate::netif::gid_of(IpAddr::from([127, 0, 0, 170])))
+        fn source_gid(&self, i: u8) -> Option<Gid> {
+            (i == 0).then(|| Gid::from(IpAddr::from([127, 0, 0, 170])))
         }
     }
 
@@ -503,7 +504,7 @@ mod tests {
         .unwrap();
         let rx = RoceSocket::bind(b, 47911).unwrap();
         let packets: Vec<Vec<u8>> = (0..4u8).map(|i| vec![i; 100]).collect();
-        let mut e = Emit(packets.clone(), crate::netif::gid_of(b));
+        let mut e = Emit(packets.clone(), Gid::from(b));
         assert_eq!(port.flush(&mut e), 4);
         let c = port.counters();
         assert_eq!(c.get(NetCounter::GsoFallback), 1, "{:?}", c.snapshot());

@@ -13,6 +13,7 @@ use std::time::Duration;
 use rxe_cm::mad::RejectReason;
 use rxe_cm::{CmConfig, CmEndpoint, CmEvent, CommId};
 use rxe_core::transport::{Instant, QpAttr, QpState};
+use rxe_core::Gid;
 
 use super::channel::RdmaCmEvent;
 use super::gsi::{Gsi, GsiDrop, GsiRecv};
@@ -48,7 +49,7 @@ pub(crate) struct AgentState {
     /// The listening ID of each ServiceID.
     pub listeners: HashMap<u64, Weak<IdShared>>,
     /// Our GID index to answer each peer GID from.
-    pub sgid_for: HashMap<[u8; 16], u8>,
+    pub sgid_for: HashMap<Gid, u8>,
     pub gsi: GsiCounters,
     /// Requests waiting up to [`LISTEN_GRACE`](super::parked::LISTEN_GRACE) for a listener.
     parked: ParkedRequests,

@@ -19,8 +19,8 @@ use super::error::CmApiError;
 pub(crate) use super::qp_setup::bring_up;
 use super::qp_setup::{init_params, starting_psn};
 use super::resolve;
-use crate::attr::gid_of;
 use crate::connect::{self, InitParams, ReadyParams};
+use rxe_core::Gid;
 
 /// The Q_Key of the RDMA CM's UD QPs and multicast groups
 /// (`RDMA_UDP_QKEY`): SIDR_REP announces it, and both sides' QPs use it.
@@ -483,7 +483,7 @@ impl CmId {
         };
         if let Some(q) = &qp {
             for g in groups {
-                if let Err(e) = q.detach_mcast(gid_of(g)) {
+                if let Err(e) = q.detach_mcast(Gid::from(g)) {
                     tracing::debug!(group = %g, error = %e, "detaching the ID's QP");
                 }
             }
@@ -515,8 +515,8 @@ impl CmId {
             src: src.ip(),
             dst: dst.ip(),
         };
-        let remote_gid = gid_of(dst.ip());
-        let local_gid = gid_of(src.ip());
+        let remote_gid = Gid::from(dst.ip());
+        let local_gid = Gid::from(src.ip());
         let weak = Arc::downgrade(&self.0);
         if self.0.ps == PortSpace::Udp {
             // UD: a SIDR_REQ asks the service for its QPN and Q_Key

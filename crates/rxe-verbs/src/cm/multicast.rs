@@ -21,8 +21,8 @@ use super::channel::{RdmaCmEvent, UdPeer};
 use super::error::CmApiError;
 use super::id::{CmId, RDMA_UDP_QKEY};
 use super::resolve::DEFAULT_HOP_LIMIT;
-use crate::attr::gid_of;
 use crate::cm::PortSpace;
+use rxe_core::Gid;
 
 /// One group an ID has joined.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,7 +51,7 @@ impl CmId {
         if self.device().is_none() {
             return Err(CmApiError::NotReady("bind_addr or resolve_addr"));
         }
-        let mgid = gid_of(group);
+        let mgid = Gid::from(group);
         let (qp, tos, sgid_index) = {
             let st = self.lock();
             if st.mcast.iter().any(|j| j.group == group) {
@@ -100,7 +100,7 @@ impl CmId {
             (st.mcast.remove(at), st.qp.clone())
         };
         if let (true, Some(qp)) = (joined.attached, qp) {
-            qp.detach_mcast(gid_of(group))?;
+            qp.detach_mcast(Gid::from(group))?;
         }
         Ok(())
     }

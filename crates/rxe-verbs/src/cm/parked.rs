@@ -106,7 +106,7 @@ mod tests {
     use super::*;
 
     fn from() -> rxe_cm::MadAddr {
-        rxe_cm::MadAddr::gsi([0; 16])
+        rxe_cm::MadAddr::gsi(rxe_core::Gid::ZERO)
     }
 
     fn ms(n: u64) -> Instant {

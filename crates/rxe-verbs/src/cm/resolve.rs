@@ -10,8 +10,8 @@ use std::net::{IpAddr, SocketAddr, UdpSocket};
 use rxe_core::transport::PathMtu;
 
 use super::error::CmApiError;
-use crate::attr::gid_of;
 use crate::device::{Device, PORT};
+use rxe_core::Gid;
 
 /// The hop limit of a resolved path (Linux's rdma_cm uses the route's, 64
 /// by default for IPv4).
@@ -38,7 +38,7 @@ pub struct ResolvedRoute {
 
 /// The device holding `ip` and the GID index of `ip` on it.
 pub fn device_for(ip: IpAddr) -> Option<(Device, u8)> {
-    let gid = gid_of(ip);
+    let gid = Gid::from(ip);
     crate::registry::devices()
         .into_iter()
         .find_map(|d| d.find_gid(&gid).map(|(_, i)| (d, i)))
@@ -83,7 +83,7 @@ pub fn resolve_addr(src: Option<IpAddr>, dst: IpAddr) -> Result<ResolvedAddr, Cm
     let mut best: Option<(u8, Device, u8, IpAddr)> = None;
     for d in &devices {
         for g in d.gid_table(PORT).unwrap_or_default() {
-            let ip = crate::attr::ip_of_gid(g.gid);
+            let ip = g.gid.to_ip();
             let prefix = interfaces
                 .iter()
                 .filter(|i| i.holds(ip))
@@ -101,7 +101,7 @@ pub fn resolve_addr(src: Option<IpAddr>, dst: IpAddr) -> Result<ResolvedAddr, Cm
     }
     if let [only] = devices.as_slice() {
         if let Some(g) = only.gid_table(PORT).unwrap_or_default().first() {
-            let ip = crate::attr::ip_of_gid(g.gid);
+            let ip = g.gid.to_ip();
             return Ok(done((only.clone(), g.index), ip));
         }
     }

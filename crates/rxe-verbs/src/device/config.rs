@@ -3,6 +3,7 @@
 //! there ([`Probe`]).
 
 use super::*;
+use rxe_core::Gid;
 
 /// What a device sits on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,7 +75,7 @@ pub struct Probe {
     pub attr: DeviceAttr,
     pub port: PortAttr,
     /// The GID table as [`Device::add`] would fill it now.
-    pub gids: Vec<[u8; 16]>,
+    pub gids: Vec<Gid>,
     /// The interface's kernel index (0 when unknown).
     pub ifindex: u32,
 }
@@ -103,7 +104,7 @@ impl DeviceConfig {
         Ok(Probe {
             attr,
             port,
-            gids: bind.into_iter().map(gid_of).collect(),
+            gids: bind.into_iter().map(Gid::from).collect(),
             ifindex: d.ifindex,
         })
     }

@@ -97,7 +97,8 @@ pub(super) fn node_guid(mac: Option<[u8; 6]>, first: Option<IpAddr>) -> u64 {
     match mac {
         Some(m) if m != [0; 6] => rxe_net::netif::eui64_from_mac(m),
         _ => {
-            let g = first.map(gid_of).unwrap_or_default();
+            let gid = first.map(Gid::from).unwrap_or_default();
+            let g = gid.as_bytes();
             rxe_net::netif::eui64_from_mac([0x02, 0x00, g[12], g[13], g[14], g[15]])
         }
     }

@@ -15,9 +15,10 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use rxe_core::transport::{CongestionConfig, Endpoint, PathMtu, QpCaps};
+use rxe_core::Gid;
 use rxe_net::{Clock, Driver, DriverWaker, NetPort, Offload, PcapTap};
 
-use crate::attr::{gid_of, DeviceAttr, GidEntry, GidType, LinkLayer, PortAttr, PortState};
+use crate::attr::{DeviceAttr, GidEntry, GidType, LinkLayer, PortAttr, PortState};
 use crate::client::{ClientData, ClientId};
 use crate::engine::DeviceEngine;
 use crate::error::{Result, VerbsError};
@@ -170,7 +171,7 @@ impl Device {
         let events = EventHub::new(&name)?;
         let mut ep = Endpoint::new(caps);
         ep.set_next_qpn(qpn_start(&name));
-        ep.set_gid_table(bind.iter().map(|ip| Some(gid_of(*ip))).collect());
+        ep.set_gid_table(bind.iter().map(|ip| Some(Gid::from(*ip))).collect());
         ep.set_congestion(config.congestion);
         ep.set_adaptive_retransmit(config.adaptive_retransmit);
         let mut engine = DeviceEngine::new(ep, events.sender());
@@ -312,7 +313,7 @@ impl Device {
     }
 
     /// `ibv_query_gid`.
-    pub fn query_gid(&self, port: u8, index: u8) -> Result<[u8; 16]> {
+    pub fn query_gid(&self, port: u8, index: u8) -> Result<Gid> {
         self.check_port(port)?;
         self.0.lock().gid(index).ok_or(VerbsError::NoSuchGid(index))
     }
@@ -337,7 +338,7 @@ impl Device {
     }
 
     /// `ibv_find_gid_index` / `ib_find_gid`: the port and index of `gid`.
-    pub fn find_gid(&self, gid: &[u8; 16]) -> Option<(u8, u8)> {
+    pub fn find_gid(&self, gid: &Gid) -> Option<(u8, u8)> {
         self.0.check_live().ok()?;
         let e = self.0.lock();
         e.gids()
@@ -592,7 +593,7 @@ impl DeviceShared {
         for ip in have.iter().filter(|ip| !want.contains(ip)) {
             self.net.remove_address(*ip);
             let mut e = self.lock();
-            let g = gid_of(*ip);
+            let g = Gid::from(*ip);
             let mut gids = e.gids().to_vec();
             for slot in gids.iter_mut().filter(|s| **s == Some(g)) {
                 *slot = None;
@@ -606,7 +607,7 @@ impl DeviceShared {
                 continue;
             }
             let mut e = self.lock();
-            let g = Some(gid_of(*ip));
+            let g = Some(Gid::from(*ip));
             let mut gids = e.gids().to_vec();
             match gids.iter().position(|s| s.is_none()) {
                 Some(i) => gids[i] = g,

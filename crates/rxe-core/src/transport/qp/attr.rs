@@ -13,6 +13,7 @@ use core::ops::BitOr;
 use core::time::Duration;
 
 use crate::wire::aeth::rnr_timer_micros;
+use crate::wire::Gid;
 
 /// The transport service of a QP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -364,7 +365,7 @@ impl fmt::Display for AccessFlags {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct AddressVector {
     /// Destination GID; for RoCEv2 over IPv4 the IPv4-mapped IPv6 address.
-    pub dgid: [u8; 16],
+    pub dgid: Gid,
     /// Index of the source GID in the port's GID table.
     pub sgid_index: u8,
     /// IPv6 hop limit / IPv4 TTL.

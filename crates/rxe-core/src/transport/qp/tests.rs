@@ -334,10 +334,7 @@ mod modify {
     }
 
     fn av(last: u8) -> AddressVector {
-        let mut dgid = [0u8; 16];
-        dgid[10] = 0xff;
-        dgid[11] = 0xff;
-        dgid[12..].copy_from_slice(&[192, 168, 0, last]);
+        let dgid = crate::wire::Gid::from(std::net::Ipv4Addr::new(192, 168, 0, last));
         AddressVector {
             dgid,
             sgid_index: 1,

@@ -16,6 +16,7 @@ use crate::transport::test_packet;
 use crate::transport::time::Instant;
 use crate::transport::vec_memory::VecMemory;
 use crate::transport::wr::{RecvWr, Sge, WcOpcode, WcStatus, WorkCompletion, WorkQueue};
+use crate::wire::Gid;
 use crate::wire::{
     AtomicEthRepr, BthRepr, DethRepr, ExtReprs, IethRepr, ImmDtRepr, NakCode, Opcode, RethRepr,
     Syndrome, TransportRepr,
@@ -44,10 +45,7 @@ struct H {
 const SRQN: u32 = 0x5;
 
 fn av() -> AddressVector {
-    let mut dgid = [0u8; 16];
-    dgid[10] = 0xff;
-    dgid[11] = 0xff;
-    dgid[12..].copy_from_slice(&[10, 0, 0, 2]);
+    let dgid = Gid::from(std::net::Ipv4Addr::new(10, 0, 0, 2));
     AddressVector {
         dgid,
         hop_limit: 64,
@@ -110,7 +108,7 @@ impl H {
             c,
             cnt: Counters::new(),
             mem: VecMemory::new(),
-            meta: RecvMeta::between([1; 16], [2; 16]),
+            meta: RecvMeta::between(Gid::from([1; 16]), Gid::from([2; 16])),
             next_va: 0x10_000,
             srq: None,
         }
