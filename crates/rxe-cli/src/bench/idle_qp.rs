@@ -11,7 +11,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use anyhow::{Context, Result};
 use rxe_core::transport::Psn;
 use rxe_verbs::{
-    connect, gid_of, AccessFlags, AddressVector, Device, DeviceConfig, InitParams, PathMtu, QpCap,
+    connect, AccessFlags, AddressVector, Device, DeviceConfig, Gid, InitParams, PathMtu, QpCap,
     QpInitAttr, QpType, RcParams, ReadyParams, RemoteQp,
 };
 
@@ -62,7 +62,7 @@ fn with_device(dev: &Device, n: usize) -> Result<IdleQps> {
                 qpn: 0x100 + i as u32,
                 psn: Psn::new(i as u32),
                 av: AddressVector {
-                    dgid: gid_of(PEER_IP),
+                    dgid: Gid::from(PEER_IP),
                     hop_limit: 1,
                     ..AddressVector::default()
                 },
