@@ -247,11 +247,7 @@ impl Qp {
         let corked =
             e.cork && wr.data.len() <= CORK_MAX_LEN && e.ep.send_in_flight(self.shared.qpn);
         e.ep.post_send(self.shared.qpn, wr)?;
-        if corked {
-            self.pd.dev.kick_corked(e);
-        } else {
-            self.pd.dev.kick(e);
-        }
+        self.pd.dev.kick_after_post(e, corked);
         Ok(())
     }
 
@@ -268,11 +264,7 @@ impl Qp {
                 return Err((i, err.into()));
             }
         }
-        if corked {
-            self.pd.dev.kick_corked(e);
-        } else {
-            self.pd.dev.kick(e);
-        }
+        self.pd.dev.kick_after_post(e, corked);
         Ok(())
     }
 

@@ -524,7 +524,8 @@ impl DeviceShared {
         self.waker.after_unlock();
     }
 
-    /// After a small post to an RC QP that already had packets in flight: leave
+    /// After a post: [`Device::kick`], or with `corked` (a small post to an
+    /// RC QP that already had packets in flight) leave
     /// the new packets queued (corked), so that consecutive posts go out
     /// together in one batch (one GSO send of same-size packets) instead of
     /// one system call each. They leave at the first of: the next turn
@@ -534,7 +535,15 @@ impl DeviceShared {
     /// corked: the latency path is [`Device::kick`]. (Linux TCP's
     /// autocorking makes the same bet: while earlier data is still queued,
     /// a small write waits a little.)
-    pub(crate) fn kick_corked(&self, mut e: MutexGuard<'_, DeviceEngine>) {
+    pub(crate) fn kick_after_post(&self, e: MutexGuard<'_, DeviceEngine>, corked: bool) {
+        if corked {
+            self.kick_corked(e);
+        } else {
+            self.kick(e);
+        }
+    }
+
+    fn kick_corked(&self, mut e: MutexGuard<'_, DeviceEngine>) {
         e.corked += 1;
         if e.corked >= CORK_MAX {
             return self.kick(e);
