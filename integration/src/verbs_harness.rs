@@ -168,14 +168,7 @@ pub fn connect_with(
 
 /// The RC attributes of `ibv_rc_pingpong`, with four READs or atomics in
 /// flight each way instead of one.
-pub const PINGPONG_RC: RcParams = RcParams {
-    max_dest_rd_atomic: 4,
-    min_rnr_timer: 12,
-    timeout: 14,
-    retry_cnt: 7,
-    rnr_retry: 7,
-    max_rd_atomic: 4,
-};
+pub const PINGPONG_RC: RcParams = RcParams::PINGPONG.with_rd_atomic(4);
 
 /// RESET → INIT → RTR → RTS for a UD QP with `qkey`.
 pub fn ud_up(qp: &Qp, qkey: u32, pkey_index: u16) {

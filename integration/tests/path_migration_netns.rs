@@ -33,12 +33,9 @@ const CUT_AFTER: u64 = 24;
 /// 16 ms transport timer, 3 retries: the primary is given up after about
 /// a quarter second.
 const RC: RcParams = RcParams {
-    max_dest_rd_atomic: 4,
-    min_rnr_timer: 12,
     timeout: 12,
     retry_cnt: 3,
-    rnr_retry: 7,
-    max_rd_atomic: 4,
+    ..RcParams::PINGPONG.with_rd_atomic(4)
 };
 
 #[test]

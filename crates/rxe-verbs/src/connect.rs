@@ -24,14 +24,7 @@
 //! use rxe_verbs::connect::{self, InitParams, RcParams, ReadyParams, RemoteQp};
 //! use rxe_verbs::*;
 //! # fn f(qp: &Qp, peer_qpn: u32, peer_gid: Gid) -> Result<(), connect::ConnectError> {
-//! let rc = RcParams {
-//!     max_dest_rd_atomic: 1,
-//!     min_rnr_timer: 12,
-//!     timeout: 14,
-//!     retry_cnt: 7,
-//!     rnr_retry: 7,
-//!     max_rd_atomic: 1,
-//! };
+//! let rc = RcParams::PINGPONG;
 //! let remote = RemoteQp {
 //!     qpn: peer_qpn,
 //!     psn: Psn::new(0x200),
@@ -129,6 +122,29 @@ pub struct RcParams {
     pub rnr_retry: u8,
     /// Outstanding READs and atomics as requester (RTR→RTS).
     pub max_rd_atomic: u8,
+}
+
+impl RcParams {
+    /// `ibv_rc_pingpong`'s: one READ or atomic each way, RNR NAK timer
+    /// code 12 (0.64 ms), ACK timeout code 14 (67 ms), seven retries of
+    /// each kind (7 RNR retries: without end).
+    pub const PINGPONG: RcParams = RcParams {
+        max_dest_rd_atomic: 1,
+        min_rnr_timer: 12,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        max_rd_atomic: 1,
+    };
+
+    /// The same, with `n` READs or atomics in flight each way.
+    pub const fn with_rd_atomic(self, n: u8) -> RcParams {
+        RcParams {
+            max_dest_rd_atomic: n,
+            max_rd_atomic: n,
+            ..self
+        }
+    }
 }
 
 /// What INIT→RTR→RTS sets, by QP type.

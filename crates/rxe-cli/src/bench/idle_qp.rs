@@ -68,14 +68,7 @@ fn with_device(dev: &Device, n: usize) -> Result<IdleQps> {
                 },
                 path_mtu: PathMtu::Mtu4096,
             },
-            rc: RcParams {
-                max_dest_rd_atomic: 16,
-                min_rnr_timer: 12,
-                timeout: 14,
-                retry_cnt: 7,
-                rnr_retry: 7,
-                max_rd_atomic: 16,
-            },
+            rc: RcParams::PINGPONG.with_rd_atomic(16),
         };
         connect::connect(&qp, &init, &ready).context("cannot bring an idle QP to RTS")?;
         qps.push(qp);

@@ -208,14 +208,7 @@ fn setup(dev: &Device, ip: IpAddr, alt_ip: Option<IpAddr>) -> Result<Side> {
 
 /// The RC attributes of every demo connection (ibv_rc_pingpong's, with
 /// four READs or atomics in flight).
-const DEMO_RC: RcParams = RcParams {
-    max_dest_rd_atomic: 4,
-    min_rnr_timer: 12,
-    timeout: 14,
-    retry_cnt: 7,
-    rnr_retry: 7,
-    max_rd_atomic: 4,
-};
+const DEMO_RC: RcParams = RcParams::PINGPONG.with_rd_atomic(4);
 
 impl Side {
     /// One more RC QP on the side's CQ, for a step of its own.

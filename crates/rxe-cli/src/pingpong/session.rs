@@ -24,17 +24,8 @@ use crate::side_channel::{accept, check_peer_gids, connect_to, random_psn};
 /// The Q_Key both sides of `ibv_ud_pingpong` use.
 pub(super) const UD_QKEY: u32 = 0x1111_1111;
 
-/// The RC attributes of ibv_rc_pingpong and ibv_srq_pingpong: one READ
-/// or atomic each way, RNR NAK timer code 12 (0.64 ms), ACK timeout code
-/// 14 (67 ms), seven retries of each kind (7 RNR retries: without end).
-const TOOLS_RC: RcParams = RcParams {
-    max_dest_rd_atomic: 1,
-    min_rnr_timer: 12,
-    timeout: 14,
-    retry_cnt: 7,
-    rnr_retry: 7,
-    max_rd_atomic: 1,
-};
+/// The RC attributes of ibv_rc_pingpong and ibv_srq_pingpong.
+const TOOLS_RC: RcParams = RcParams::PINGPONG;
 
 /// Per-QP progress: the tool's `pending` bits, and message counts that
 /// number the patterns.
