@@ -115,7 +115,7 @@ fn request_index(first: &mut Option<u32>, p: &PacketInfo) -> Option<usize> {
 
 /// WRITE 0 loses one packet (its NAK arrives: the first sign of loss);
 /// WRITE 1 loses one packet and the NAK for it. The responder sends no
-/// second NAK (IBTA 9.7.5.2.1), so only a retransmission of the
+/// second NAK (IBTA 9.7.5.1.1), so only a retransmission of the
 /// requester's own repairs it.
 fn lost_nak(seed: u64, adaptive: bool) -> (Pair, Duration) {
     let mut rng = Rng::new(seed ^ 0x5eed);

@@ -5,7 +5,7 @@
 //! # Why
 //!
 //! The responder NAKs a sequence error once and then stays silent until
-//! the PSN it expects arrives (IBTA 9.7.5.2.1: no further NAK except in
+//! the PSN it expects arrives (IBTA 9.7.5.1.1: no further NAK except in
 //! answer to a request with the expected PSN). So a lost NAK, or a
 //! retransmitted packet lost again, is only repaired by the transport
 //! timer: 67 ms at perftest's timeout 14, where the loopback round trip is
@@ -22,7 +22,7 @@
 //! - So here an early retransmission spends no retry and changes nothing
 //!   of the transport timer: RETRY_EXC_ERR comes exactly when it would
 //!   without this, and a peer that is merely slow costs duplicates (which
-//!   the responder answers, IBTA 9.7.5.1.3), never the connection.
+//!   the responder answers, IBTA 9.7.5.1.1), never the connection.
 //! - The interval is the round-trip estimate of RFC 6298 (smoothed RTT
 //!   plus four mean deviations), at least [`FLOOR`], doubled for each early
 //!   retransmission without progress, and never at or past the nominal
