@@ -81,11 +81,25 @@ impl Lab {
         Lab::with(n, 0, |_| {})
     }
 
+    /// A victim that answers as IBTA's go-back-N responder does (kernel
+    /// rxe's): no packet ahead of the expected PSN is kept
+    /// (`RXE_SELECTIVE_RETRANS=0`).
+    fn go_back_n(n: u8) -> Lab {
+        Lab::build(n, 0, false, |_| {})
+    }
+
     /// The QP on P_Key index `pkey_index`; `before_connect` may change the
     /// device (e.g. its P_Key table).
     fn with(n: u8, pkey_index: u16, before_connect: impl FnOnce(&Node)) -> Lab {
+        Lab::build(n, pkey_index, true, before_connect)
+    }
+
+    fn build(n: u8, pkey_index: u16, selective: bool, before_connect: impl FnOnce(&Node)) -> Lab {
         let victim_ip = ip(format!("127.0.120.{n}"));
-        let v = Node::new(&victim_ip.to_string());
+        let v = Node::with_config(DeviceConfig {
+            selective_retransmit: selective,
+            ..DeviceConfig::on_address(victim_ip)
+        });
         before_connect(&v);
         let peer = HostilePeer::bind(
             ip(format!("127.0.121.{n}")),
@@ -439,10 +453,11 @@ fn unknown_zero_and_gsi_destination_qpn() {
 
 /// IBTA 9.7.5.1.1 / C9-112 (as cited by kernel rxe): a PSN ahead of the
 /// expected one is a sequence error: one NAK with the expected PSN, then
-/// silence for further packets ahead, until the expected PSN arrives.
+/// silence for further packets ahead, until the expected PSN arrives. (A
+/// go-back-N victim; one that keeps packets ahead is the next test.)
 #[test]
 fn psn_ahead_is_naked_once() {
-    let mut l = Lab::new(5);
+    let mut l = Lab::go_back_n(5);
     l.post_recv();
     let before = l.counters();
     l.peer
@@ -1725,4 +1740,81 @@ fn garbage_flood_during_a_legitimate_flow() {
     // B's QP is still connected and working.
     assert_eq!(qb.query().unwrap().state, QpState::Rts);
     assert_eq!(qa.query().unwrap().state, QpState::Rts);
+}
+
+/// Selective retransmission (the default): packets ahead of the expected
+/// PSN are NAK'd once, as above, executed never before the gap fills and
+/// then in PSN order, each once; one too far ahead (256 PSNs or more) or
+/// longer than the path MTU is not kept; a duplicate of a kept one changes
+/// nothing; and the NAK that answers the packet filling a gap names the
+/// next gap when kept packets lie beyond it.
+#[test]
+fn psn_ahead_is_held_then_executed_in_order_once() {
+    let mut l = Lab::new(54);
+    for _ in 0..4 {
+        l.post_recv();
+    }
+    let held = name(Counter::OooHeld);
+    let discarded = name(Counter::OooDiscarded);
+    let ooo = name(Counter::OutOfSeqRequest);
+    let msg = |k: u32| pattern(64, k as u8);
+    // RQ_PSN + 2 and + 3 come first: one NAK, both kept.
+    let before = l.counters();
+    for k in [2, 3] {
+        l.peer
+            .send(Packet::send_only(l.qpn(), RQ_PSN + k, &msg(k)), Icrc::Seal);
+    }
+    assert_eq!(
+        l.next_ack(),
+        (RQ_PSN, Syndrome::Nak(NakCode::PsnSequenceError))
+    );
+    l.wait_counter(held, before.get(held).copied().unwrap_or(0) + 2);
+    // Again + 3, + 300 (too far ahead), and + 4 longer than the MTU
+    // (1024 on this path): silence, nothing more kept.
+    l.peer
+        .send(Packet::send_only(l.qpn(), RQ_PSN + 3, &msg(3)), Icrc::Seal);
+    l.peer.send(
+        Packet::send_only(l.qpn(), RQ_PSN + 300, &msg(9)),
+        Icrc::Seal,
+    );
+    l.peer.send(
+        Packet::send_only(l.qpn(), RQ_PSN + 4, &vec![5; 4096]),
+        Icrc::Seal,
+    );
+    l.wait_counter(discarded, before.get(discarded).copied().unwrap_or(0) + 3);
+    l.peer.assert_silent(QUIET);
+    l.assert_moved(&before, &[(ooo, 5), (held, 2), (discarded, 3)]);
+    assert!(l.v.cq.poll(8).unwrap().is_empty(), "nothing executed early");
+    l.check_mem();
+    // RQ_PSN fills the first gap; + 1 is still missing and + 2, + 3 are
+    // kept: the answer is a NAK for + 1 (it acknowledges RQ_PSN).
+    l.peer
+        .send(Packet::send_only(l.qpn(), RQ_PSN, &msg(0)), Icrc::Seal);
+    l.msn += 1;
+    assert_eq!(
+        l.next_ack(),
+        (RQ_PSN + 1, Syndrome::Nak(NakCode::PsnSequenceError))
+    );
+    // + 1 fills the second: + 2 and + 3 execute after it, one ACK for all.
+    l.peer
+        .send(Packet::send_only(l.qpn(), RQ_PSN + 1, &msg(1)), Icrc::Seal);
+    l.msn += 3;
+    assert_eq!(l.next_ack(), (RQ_PSN + 3, Syndrome::ACK_CREDITS_INVALID));
+    let wcs = l.v.wait(4);
+    let want: Vec<(u64, WcStatus, u32)> =
+        (0..4u64).map(|i| (1 + i, WcStatus::Success, 64)).collect();
+    let got: Vec<(u64, WcStatus, u32)> = wcs
+        .iter()
+        .map(|w| (w.wr_id, w.status, w.byte_len))
+        .collect();
+    assert_eq!(got, want, "four SENDs in PSN order, each once");
+    for _ in 0..4 {
+        l.take_recv();
+    }
+    // Each landed in the same receive buffer in turn: the last is + 3's.
+    l.expect[..64].copy_from_slice(&msg(3));
+    l.check_mem();
+    l.peer.assert_silent(QUIET);
+    l.epsn = RQ_PSN + 4;
+    l.good_send();
 }

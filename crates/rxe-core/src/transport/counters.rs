@@ -95,8 +95,24 @@ counters! {
     PathMigErr => "path_mig_err",
     /// Requester: a few measured round trips passed without an answer and
     /// it resent from its oldest unacknowledged PSN, spending no retry
-    /// (early retransmission, `send::adaptive_timer`).
+    /// (early retransmission, `send::adaptive_timer`); with selective
+    /// retransmission that packet alone, until its answer.
     AdaptiveRetransmit => "adaptive_retransmit",
+    /// Requester: after a NAK PSN Sequence Error it resent the NAK'd
+    /// packet alone, and its answer decides whether the rest follow
+    /// (selective retransmission, `recv::reorder`).
+    SelectiveRetransmit => "selective_retransmit",
+    /// Responder: an RC SEND or WRITE packet ahead of the expected PSN was
+    /// NAK'd and held, to be executed when the gap before it is filled
+    /// (`recv::reorder`).
+    OooHeld => "ooo_held",
+    /// Responder: a held packet was executed, in PSN order, after the gap
+    /// before it was filled.
+    OooReplayed => "ooo_replayed",
+    /// Responder: held packets thrown away unexecuted (the QP changed
+    /// state or was destroyed, a held one failed, or the PSNs moved past
+    /// them), or a packet ahead not held (too far ahead, over the bounds).
+    OooDiscarded => "ooo_discarded",
     /// Dropped: fewer bytes than a header needs.
     DropTruncated => "drop_truncated",
     /// Dropped: a field with a value not allowed there.

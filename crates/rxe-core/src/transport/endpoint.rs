@@ -32,9 +32,11 @@ use super::io::{RecvMeta, Transmit};
 use super::memory::MemoryAccess;
 use super::multicast::{McastGroups, MULTICAST_QPN};
 use super::path::{self, pkey_of, PathCheck};
+use super::psn::Psn;
 use super::qp::{
     modify, AsyncEvent, AttrMask, QpAttr, QpCaps, QpCommon, QpConfig, QpInit, QpState, QpType,
 };
+use super::recv::reorder::ReorderBuffer;
 use super::recv::{Responder, Srq, SrqAttr, SrqInit};
 use super::send::Requester;
 use super::time::Instant;
@@ -76,19 +78,27 @@ struct Qp {
     rp_counted: u64,
     /// The requester is held back by pacing until then.
     pace_wait: Option<Instant>,
+    /// RC requests that came ahead of the expected PSN (`recv::reorder`),
+    /// if the QP holds them (`Endpoint::set_selective_retransmit`).
+    held: ReorderBuffer,
+    holds_ahead: bool,
 }
 
+mod reorder_calls;
+
 impl Qp {
-    fn new(common: QpCommon, adaptive_retransmit: bool) -> Qp {
+    fn new(common: QpCommon, adaptive_retransmit: bool, selective_retransmit: bool) -> Qp {
         Qp {
             common,
-            req: Requester::new(adaptive_retransmit),
+            req: Requester::new(adaptive_retransmit, selective_retransmit),
             resp: Responder::new(),
             queued: false,
             np: Notifier::default(),
             rp: None,
             rp_counted: 0,
             pace_wait: None,
+            held: ReorderBuffer::default(),
+            holds_ahead: selective_retransmit,
         }
     }
 }
@@ -121,6 +131,12 @@ pub struct Endpoint {
     /// RC requesters resend early from measured round trips
     /// (`send::adaptive_timer`).
     adaptive_retransmit: bool,
+    /// RC QPs retransmit selectively: the responder holds packets that
+    /// come ahead of a gap, the requester resends only the NAK'd packet
+    /// first (`recv::reorder`).
+    selective_retransmit: bool,
+    /// Bytes all QPs' reorder buffers hold (at most `reorder_calls::MAX_HELD_BYTES`).
+    held_bytes: usize,
 }
 
 impl Endpoint {
@@ -144,6 +160,8 @@ impl Endpoint {
             mcast: McastGroups::new(),
             cc: CongestionConfig::default(),
             adaptive_retransmit: true,
+            selective_retransmit: true,
+            held_bytes: 0,
         }
     }
 
@@ -154,6 +172,19 @@ impl Endpoint {
     /// (`timeout`) retransmits, as in kernel rxe.
     pub fn set_adaptive_retransmit(&mut self, on: bool) {
         self.adaptive_retransmit = on;
+    }
+
+    /// Whether RC QPs created from now on (and QPs returned to RESET)
+    /// retransmit selectively (`recv::reorder`; on by default): the
+    /// responder holds SEND and WRITE packets that arrive after a gap and
+    /// executes them once it is filled, and the requester, after a NAK
+    /// PSN Sequence Error, resends only the NAK'd packet until its answer
+    /// says whether the peer held the rest. Off, both sides are go-back-N
+    /// only, as kernel rxe. Either side alone interoperates with a
+    /// go-back-N peer (the requester learns, per QP, that its peer holds
+    /// nothing, after the first loss).
+    pub fn set_selective_retransmit(&mut self, on: bool) {
+        self.selective_retransmit = on;
     }
 
     /// The port's congestion control settings (ECN, CNPs, DCQCN). QPs
@@ -248,6 +279,7 @@ impl Endpoint {
             Qp::new(
                 QpCommon::new(qpn, init, config, pkey),
                 self.adaptive_retransmit,
+                self.selective_retransmit,
             ),
         );
         Ok(qpn)
@@ -277,6 +309,7 @@ impl Endpoint {
             return Err(EndpointError::McastAttached(qpn));
         }
         let mut qp = self.qps.remove(&qpn).ok_or(EndpointError::NoSuchQp(qpn))?;
+        self.release_held(&mut qp.held);
         if let Some(srq) = qp.common.init.srq.and_then(|n| self.srqs.get_mut(&n)) {
             if let Some(wr) = qp.resp.take_in_progress_recv() {
                 srq.push_front(wr);
@@ -357,7 +390,8 @@ impl Endpoint {
                 if let (Some(srq), Some(wr)) = (srq, qp.resp.take_in_progress_recv()) {
                     srq.push_front(wr);
                 }
-                qp.req = Requester::new(self.adaptive_retransmit);
+                qp.req = Requester::new(self.adaptive_retransmit, self.selective_retransmit);
+                qp.holds_ahead = self.selective_retransmit;
                 qp.resp = Responder::new();
                 qp.np = Notifier::default();
                 qp.rp = None;
@@ -368,6 +402,11 @@ impl Endpoint {
         }
         qp.resp.on_modify(&mut qp.common, from);
         qp.req.on_modify(&mut qp.common, from);
+        if qp.common.state() != from && !qp.held.is_empty() {
+            // Held packets belong to the state they came in.
+            let mut held = core::mem::take(&mut qp.held);
+            self.release_held(&mut held);
+        }
         self.after(qpn);
         Ok(())
     }
@@ -504,9 +543,11 @@ impl Endpoint {
         };
         let bth = pkt.repr.bth;
         if bth.dest_qp == MULTICAST_QPN {
-            return self.handle_multicast(now, meta, &pkt, mem);
+            return self.handle_multicast(now, meta, bytes, &pkt, mem);
         }
-        self.deliver(bth.dest_qp, now, meta, &pkt, mem);
+        let qpn = bth.dest_qp;
+        self.deliver(qpn, now, meta, bytes, &pkt, mem);
+        self.replay_held(qpn, now, mem);
     }
 
     /// A packet for the permissive QPN: a copy for each QP attached to the
@@ -516,6 +557,7 @@ impl Endpoint {
         &mut self,
         now: Instant,
         meta: &RecvMeta,
+        bytes: &[u8],
         pkt: &TransportPacket<'_>,
         mem: &mut dyn MemoryAccess,
     ) {
@@ -530,18 +572,21 @@ impl Endpoint {
         }
         for &qpn in &members {
             self.counters.inc(Counter::RcvdMcastCopies);
-            self.deliver(qpn, now, meta, pkt, mem);
+            self.deliver(qpn, now, meta, bytes, pkt, mem);
         }
         self.mcast.put_back(&meta.dgid, members);
     }
 
     /// The checks common to every QP, then the packet to QP `qpn`'s
     /// responder (requests) or completer (responses).
+    /// `bytes` is the packet `pkt` was parsed from (BTH..ICRC), kept if
+    /// it is an RC request ahead of the expected PSN (`recv::reorder`).
     fn deliver(
         &mut self,
         qpn: u32,
         now: Instant,
         meta: &RecvMeta,
+        bytes: &[u8],
         pkt: &TransportPacket<'_>,
         mem: &mut dyn MemoryAccess,
     ) {
@@ -618,6 +663,9 @@ impl Endpoint {
             self.counters.inc(Counter::NpCnpSuppressed);
         }
         if pkt.info.operation.is_request() {
+            let ahead = qp.holds_ahead
+                && c.qp_type() == QpType::Rc
+                && Psn::new(bth.psn).is_after(qp.resp.expected_psn());
             let srq = c.init.srq.and_then(|n| self.srqs.get_mut(&n));
             qp.resp.handle_request(
                 c,
@@ -629,6 +677,9 @@ impl Endpoint {
                 pkt,
                 mem,
             );
+            if ahead {
+                self.hold_ahead(qpn, meta, bytes, pkt);
+            }
         } else {
             qp.req.handle_response(c, &mut self.counters, now, pkt, mem);
         }

@@ -9,7 +9,7 @@ use crate::transport::vec_memory::VecMemory;
 use crate::transport::wr::{SendData, SendOp, Sge, WcOpcode, WcStatus, WorkQueue};
 use crate::transport::{test_packet, Psn};
 use crate::wire::Gid;
-use crate::wire::{AethRepr, BthRepr, DethRepr, ExtReprs, Opcode, Syndrome};
+use crate::wire::{AethRepr, BthRepr, DethRepr, ExtReprs, NakCode, Opcode, Syndrome};
 
 /// An endpoint with one RC QP in RTR (expecting PSN 100) and one UD QP
 /// in RTR.
@@ -871,4 +871,124 @@ fn a_cnp_paces_the_requester_by_time() {
         (measured - rate).abs() / rate < 0.05,
         "{measured} vs {rate} Mb/s"
     );
+}
+
+// ---- selective retransmission: what a peer can make the responder hold
+
+/// An RC SEND MIDDLE of `len` bytes to `qpn` at `psn`.
+fn middle(ep: &mut Endpoint, mem: &mut VecMemory, qpn: u32, psn: u32, len: usize) {
+    rc_send(ep, mem, qpn, psn, Opcode::RC_SEND_MIDDLE, &vec![7; len]);
+}
+
+#[test]
+fn packets_ahead_are_held_only_within_bounds() {
+    let (mut ep, rc, _) = setup();
+    let mut mem = VecMemory::new();
+    // 300 packets ahead of the expected PSN (100): the 255 within
+    // MAX_HELD PSNs are held, the rest discarded; one NAK for the gap.
+    for psn in 101..401 {
+        middle(&mut ep, &mut mem, rc, psn, 1024);
+    }
+    let c = ep.counters();
+    assert_eq!(c.get(Counter::OooHeld), 255);
+    assert_eq!(c.get(Counter::OooDiscarded), 45);
+    assert_eq!(
+        acks(&mut ep, &mut mem),
+        vec![(100, Syndrome::Nak(NakCode::PsnSequenceError))]
+    );
+    let per_packet = request(
+        rc,
+        Opcode::RC_SEND_MIDDLE,
+        0,
+        ExtReprs::default(),
+        &[0; 1024],
+    )
+    .len();
+    assert_eq!(ep.held_bytes, 255 * per_packet);
+    // Longer than the path MTU (1024), a READ request, or failing the
+    // P_Key check: not held.
+    let (mut ep, rc, _) = setup();
+    middle(&mut ep, &mut mem, rc, 101, 1025);
+    let reth = ExtReprs {
+        reth: Some(crate::wire::RethRepr {
+            va: 0,
+            rkey: 1,
+            dma_len: 8,
+        }),
+        ..Default::default()
+    };
+    let read = request(rc, Opcode::RC_RDMA_READ_REQUEST, 102, reth, &[]);
+    ep.handle(
+        Instant::ZERO,
+        &RecvMeta::between(Gid::ZERO, Gid::ZERO),
+        &read,
+        &mut mem,
+    );
+    let foreign = test_packet::emit(
+        BthRepr {
+            pkey: 0x7001,
+            ..test_packet::bth(Opcode::RC_SEND_MIDDLE, rc, 103)
+        },
+        ExtReprs::default(),
+        &[1; 64],
+    );
+    ep.handle(
+        Instant::ZERO,
+        &RecvMeta::between(Gid::ZERO, Gid::ZERO),
+        &foreign,
+        &mut mem,
+    );
+    let c = ep.counters();
+    assert_eq!(c.get(Counter::OooHeld), 0);
+    assert_eq!(c.get(Counter::OooDiscarded), 2, "the long one and the READ");
+    assert_eq!(c.get(Counter::DropPkeyMismatch), 1);
+    assert_eq!(ep.held_bytes, 0);
+}
+
+#[test]
+fn held_packets_go_when_the_qp_changes_state_or_is_destroyed() {
+    let (mut ep, rc, _) = setup();
+    let mut mem = VecMemory::new();
+    for psn in 101..111 {
+        middle(&mut ep, &mut mem, rc, psn, 512);
+    }
+    assert_eq!(ep.counters().get(Counter::OooHeld), 10);
+    to_state(&mut ep, rc, QpState::Error);
+    assert_eq!(ep.held_bytes, 0);
+    assert_eq!(ep.counters().get(Counter::OooDiscarded), 10);
+    let (mut ep, rc, _) = setup();
+    middle(&mut ep, &mut mem, rc, 105, 512);
+    assert!(ep.held_bytes > 0);
+    to_state(&mut ep, rc, QpState::Reset);
+    ep.destroy_qp(rc).unwrap();
+    assert_eq!(ep.held_bytes, 0);
+}
+
+#[test]
+fn all_qps_together_hold_at_most_the_endpoint_budget() {
+    use super::reorder_calls::MAX_HELD_BYTES;
+    let mut ep = Endpoint::new(QpCaps::default());
+    let mut mem = VecMemory::new();
+    let per_qp = 255
+        * request(
+            1,
+            Opcode::RC_SEND_MIDDLE,
+            0,
+            ExtReprs::default(),
+            &[0; 1024],
+        )
+        .len();
+    let qps = MAX_HELD_BYTES / per_qp + 2;
+    for _ in 0..qps {
+        let (rc, _) = setup_on(&mut ep, None);
+        for psn in 101..356 {
+            middle(&mut ep, &mut mem, rc, psn, 1024);
+        }
+    }
+    assert!(ep.held_bytes <= MAX_HELD_BYTES, "{} held", ep.held_bytes);
+    assert!(
+        ep.held_bytes + per_qp > MAX_HELD_BYTES,
+        "the budget is used"
+    );
+    assert!(ep.counters().get(Counter::OooDiscarded) >= 255);
 }

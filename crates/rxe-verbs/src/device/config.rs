@@ -60,6 +60,13 @@ pub struct DeviceConfig {
     /// as NVIDIA's adaptive retransmission): on unless
     /// `RXE_ADAPTIVE_RETRANS=0` ([`DeviceConfig::default_adaptive_retransmit`]).
     pub adaptive_retransmit: bool,
+    /// RC QPs retransmit selectively (rxe-core's `recv::reorder`): the
+    /// responder holds SEND and WRITE packets that arrive after a gap, the
+    /// requester resends only the NAK'd packet first and learns per QP
+    /// whether its peer holds (a go-back-N peer such as kernel rxe gets
+    /// go-back-N after the first loss): on unless `RXE_SELECTIVE_RETRANS=0`
+    /// ([`DeviceConfig::default_selective_retransmit`]).
+    pub selective_retransmit: bool,
     /// A post to an RC QP with packets already in flight leaves its
     /// packets queued for a moment, so that consecutive posts go out in
     /// one batch (`Device::kick_corked`): on unless `RXE_CORK=0`
@@ -111,7 +118,8 @@ impl DeviceConfig {
 
     /// A device on `target`, named `rxeN`, with every setting as the
     /// environment says (`RXE_GSO`, `RXE_ECN`, `RXE_SOURCE_PORTS`,
-    /// `RXE_FAULTS`, `RXE_ADAPTIVE_RETRANS`, `RXE_CORK`) and no capture.
+    /// `RXE_FAULTS`, `RXE_ADAPTIVE_RETRANS`, `RXE_SELECTIVE_RETRANS`,
+    /// `RXE_CORK`) and no capture.
     pub fn on(target: Target) -> DeviceConfig {
         DeviceConfig {
             name: None,
@@ -122,6 +130,7 @@ impl DeviceConfig {
             source_ports: DeviceConfig::default_source_ports(),
             faults: DeviceConfig::default_faults(),
             adaptive_retransmit: DeviceConfig::default_adaptive_retransmit(),
+            selective_retransmit: DeviceConfig::default_selective_retransmit(),
             cork: DeviceConfig::default_cork(),
         }
     }
@@ -168,6 +177,13 @@ impl DeviceConfig {
     /// timer then retransmits, as in kernel rxe).
     pub fn default_adaptive_retransmit() -> bool {
         std::env::var_os("RXE_ADAPTIVE_RETRANS").is_none_or(|v| v != "0")
+    }
+
+    /// Selective retransmission unless told: on, but for
+    /// `RXE_SELECTIVE_RETRANS=0` in the environment (RC is then
+    /// go-back-N only, as in kernel rxe).
+    pub fn default_selective_retransmit() -> bool {
+        std::env::var_os("RXE_SELECTIVE_RETRANS").is_none_or(|v| v != "0")
     }
 
     /// Corking of posts to busy RC QPs unless told: on, but for

@@ -174,6 +174,7 @@ impl Device {
         ep.set_gid_table(bind.iter().map(|ip| Some(Gid::from(*ip))).collect());
         ep.set_congestion(config.congestion);
         ep.set_adaptive_retransmit(config.adaptive_retransmit);
+        ep.set_selective_retransmit(config.selective_retransmit);
         let mut engine = DeviceEngine::new(ep, events.sender());
         engine.cork = config.cork;
         let engine = Arc::new(Mutex::new(engine));

@@ -11,6 +11,9 @@
 //!   a receive's SGEs.
 //! - [`resources`]: the responder resources, the bounded table of READ and
 //!   atomic requests that a duplicate is answered from.
+//! - [`reorder`]: RC SEND and WRITE packets that arrived ahead of the
+//!   expected PSN, held to be executed in order once the gap is filled
+//!   (selective retransmission's responder half).
 //! - [`srq`]: shared receive queues, which the endpoint owns and passes to
 //!   the responder of each QP attached to one (`QpInit::srq`).
 
@@ -18,6 +21,7 @@ mod check;
 mod duplicate;
 mod execute;
 mod queue;
+pub(crate) mod reorder;
 mod resources;
 mod responder;
 mod srq;

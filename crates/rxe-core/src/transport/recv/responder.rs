@@ -19,6 +19,11 @@
 //!   for the sequence error; kernel rxe also sends one, but would answer the
 //!   packets that follow an RNR NAK with a sequence-error NAK, which sends
 //!   the requester back before its RNR wait is over).
+//! - RC, with selective retransmission on (`reorder`): a SEND or WRITE
+//!   packet ahead of the expected PSN is still NAK'd (once per gap) and
+//!   not executed, but kept; when the gap is filled the kept packets are
+//!   executed in PSN order, an ACK then covers them, and a further gap
+//!   among them is NAK'd at once. Resent copies of them are duplicates.
 //! - The MSN counts request messages completed, incremented at the last
 //!   packet of a SEND or WRITE and when a READ or atomic is executed
 //!   (IBTA C9-147, as quoted by the kernel rxe change that made it so).
@@ -194,9 +199,46 @@ impl Responder {
     }
 
     /// The PSN the responder expects next.
-    #[cfg(test)]
     pub(crate) fn expected_psn(&self) -> Psn {
         self.epsn
+    }
+
+    /// Held packets were executed (`reorder`): acknowledge everything
+    /// before the expected PSN now, whether or not the last of them asked
+    /// for it, so that a requester waiting on its resend of the gap's
+    /// packet learns at once how far the peer got.
+    pub(crate) fn ack_replayed(&mut self) {
+        self.queue_ack(self.epsn.prev());
+    }
+
+    /// Packets ahead of the expected PSN are held (`reorder`) beyond a gap
+    /// that was just found, when the packets past it had come already:
+    /// the NAK the first of them would have drawn, now, once per gap
+    /// (IBTA 9.7.5.1.1).
+    ///
+    /// The NAK replaces an ACK still queued last: it acknowledges the same
+    /// (everything before the expected PSN), and a requester that resent
+    /// one packet and waits for its answer must not read that ACK alone
+    /// as "nothing after it was kept".
+    pub(crate) fn nak_gap(&mut self) {
+        if self.nak_sent {
+            return;
+        }
+        self.nak_sent = true;
+        let nak = Out::Ack {
+            psn: self.epsn,
+            syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
+            msn: self.msn,
+        };
+        match self.out.back_mut() {
+            Some(
+                last @ Out::Ack {
+                    syndrome: Syndrome::Ack { .. },
+                    ..
+                },
+            ) => *last = nak,
+            _ => self.out.push_back(nak),
+        }
     }
 
     /// Receives posted and not yet used.

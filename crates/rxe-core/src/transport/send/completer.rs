@@ -153,6 +153,9 @@ impl Requester {
         p: Psn,
         code: NakCode,
     ) {
+        if code == NakCode::PsnSequenceError {
+            self.probe_nakd(p);
+        }
         // Everything before the NAK'd PSN arrived.
         let lost = self.implicit_ack(common, now, p);
         let status = match code {
@@ -161,7 +164,13 @@ impl Requester {
                 // The responder expects `p`, or a lost READ response comes
                 // first: resume from the oldest unacknowledged PSN.
                 let to = lost.unwrap_or(self.una);
-                return self.retry_from(common, counters, now, to);
+                self.retry_from(common, counters, now, to);
+                // A lost READ response is answered by resending from it
+                // all at once; a gap at the NAK'd PSN, selectively.
+                if lost.is_none() && common.qp_type() == QpType::Rc {
+                    self.probe(counters, to);
+                }
+                return;
             }
             NakCode::InvalidRequest => WcStatus::RemInvReqErr,
             NakCode::RemoteAccessError => WcStatus::RemAccessErr,

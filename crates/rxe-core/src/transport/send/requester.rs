@@ -63,6 +63,20 @@
 //!   the transport timer: once the QP has seen a loss, a few measured
 //!   round trips without progress resend from the oldest unacknowledged
 //!   PSN, spending no retry and leaving the transport timer as it was.
+//! - Selective retransmission (`recv::reorder`, on unless the endpoint
+//!   turns it off): after a NAK PSN Sequence Error the requester resends
+//!   the NAK'd packet alone, with AckReq, and goes on with packets never
+//!   sent. The answer decides: an acknowledgement past that packet (or a
+//!   NAK for the very next PSN: a second gap the peer reports from held
+//!   packets) shows a peer that held what followed; an acknowledgement of
+//!   exactly that packet shows a go-back-N peer, and the requester goes
+//!   back and resends the rest, and resends all at once after every later
+//!   loss of that QP. Towards a peer that holds, the window is 256 PSNs
+//!   instead of 128, so that new packets keep going out while a loss is
+//!   repaired. IBTA RC prescribes go-back-N for the responder (9.7.5.1.1);
+//!   the requester's choice of what to resend first is its own, and both
+//!   halves interoperate with a go-back-N peer (kernel rxe). Precedent:
+//!   NVIDIA ConnectX's selective repeat for RoCE.
 //! - Completion on a local error (a bad L_Key, out of bounds): the request
 //!   completes with LOC_PROT_ERR once every request before it has completed,
 //!   and the QP goes to ERR (`QpCommon::fatal`, as kernel rxe's requester
@@ -103,6 +117,12 @@ use crate::transport::wr::{SendData, SendOp, SendWr, WcStatus, WorkCompletion, W
 /// in one ACK timeout. A READ request counts for one packet when it is
 /// sent, however many PSNs it takes.
 pub(super) const MAX_UNACKED_PSNS: u32 = 128;
+/// The window towards a peer that holds what arrives after a gap
+/// (`peer_holds`, `recv::reorder`): twice as many, so that while one lost
+/// packet's resend is answered a second window of new packets goes out
+/// (the responder holds up to `reorder::MAX_HELD`, as many), and no
+/// go-back-N collapse can come of it.
+pub(super) const MAX_UNACKED_PSNS_HOLDING: u32 = 2 * MAX_UNACKED_PSNS;
 /// The requester asks for an ACK at least this often within long messages,
 /// so that the window never waits for the end of a message.
 pub(super) const ACK_REQ_INTERVAL: u32 = MAX_UNACKED_PSNS / 4;
@@ -146,6 +166,24 @@ pub(crate) struct Requester {
     pub(super) rewound_to: Option<Psn>,
     /// Early retransmission from measured round trips (`adaptive_timer`).
     pub(super) adaptive: AdaptiveTimer,
+    /// Selective retransmission (`recv::reorder`): after a NAK PSN
+    /// Sequence Error, resend only the NAK'd packet first.
+    selective: bool,
+    /// While a selective retransmission waits for its answer: the PSN
+    /// after the NAK'd one. Once that packet is resent the send position
+    /// jumps back to the newest (`high`) and new packets follow; an answer
+    /// that shows the peer kept nothing after it sends the position back
+    /// (`probe_answered`).
+    pub(super) probe_to: Option<Psn>,
+    /// Whether that resend's answer tells what the peer does with
+    /// packets after a gap (a NAK's resend does; an early
+    /// retransmission's does not).
+    pub(super) probe_learns: bool,
+    /// What the answers to such resends said of the peer: `Some(false)`
+    /// once one acknowledged only the resent packet although more had
+    /// been sent after it (a go-back-N responder, kernel rxe's): from then
+    /// on this QP resends everything at once, as before.
+    pub(super) peer_holds: Option<bool>,
     /// SQ_DRAINED raised for this visit to SQD.
     sqd_notified: bool,
 }
@@ -154,10 +192,13 @@ mod completer_calls;
 
 impl Requester {
     /// A requester; with `adaptive_retransmit` it resends early when a
-    /// few measured round trips pass without an answer (`adaptive_timer`).
-    pub(crate) fn new(adaptive_retransmit: bool) -> Requester {
+    /// few measured round trips pass without an answer (`adaptive_timer`);
+    /// with `selective_retransmit` it resends only the NAK'd packet after a
+    /// sequence error, until the answer shows what the peer holds.
+    pub(crate) fn new(adaptive_retransmit: bool, selective_retransmit: bool) -> Requester {
         Requester {
             adaptive: AdaptiveTimer::new(adaptive_retransmit),
+            selective: selective_retransmit,
             ..Requester::default()
         }
     }
@@ -229,7 +270,7 @@ impl Requester {
             if wqe.error.is_some() {
                 return None;
             }
-            if rc && self.una.distance_to(self.psn) >= MAX_UNACKED_PSNS {
+            if rc && self.una.distance_to(self.psn) >= self.window() {
                 return None;
             }
             if wqe.started && wqe.wr.op.is_local() {
@@ -306,6 +347,16 @@ impl Requester {
     }
 
     /// Whether PSNs are sent and not yet acknowledged.
+    /// PSNs that may be outstanding: [`MAX_UNACKED_PSNS`], or twice that
+    /// towards a peer that holds packets after a gap.
+    fn window(&self) -> u32 {
+        if self.peer_holds == Some(true) {
+            MAX_UNACKED_PSNS_HOLDING
+        } else {
+            MAX_UNACKED_PSNS
+        }
+    }
+
     pub(crate) fn in_flight(&self) -> bool {
         self.una != self.high
     }
@@ -337,8 +388,11 @@ impl Requester {
             self.retrans_at = None;
             if waiting {
                 // A timeout always retries, even to the PSN of a
-                // retransmission in progress: that one was lost too.
+                // retransmission in progress: that one was lost too. It
+                // resends everything (go-back-N), as IBTA 9.7.6.1 says,
+                // whatever a selective retransmission still waited for.
                 self.rewound_to = None;
+                self.probe_to = None;
                 self.retry_from(common, counters, now, self.una);
                 // The early deadline starts over with the round this sends
                 // (`on_sent`), rather than firing on top of it.
@@ -353,6 +407,7 @@ impl Requester {
             counters.inc(Counter::AdaptiveRetransmit);
             self.rewind(self.una);
             self.rewound_to = Some(self.una);
+            self.probe_oldest(counters);
         }
     }
 
@@ -461,8 +516,11 @@ impl Requester {
         let read = matches!(wqe.wr.op, SendOp::RdmaRead { .. });
         let sent_psn = self.psn;
         let last = single || k + 1 >= packets_for(wqe.len, wqe.mtu);
-        let window_edge = self.una.distance_to(self.psn) + 1 >= MAX_UNACKED_PSNS;
-        let ack_req = last || window_edge || self.since_ack_req + 1 >= ACK_REQ_INTERVAL;
+        let window_edge = self.una.distance_to(self.psn) + 1 >= self.window();
+        // A selective retransmission's packet asks for the answer it waits
+        // for (`probe`).
+        let probing = self.probe_to == Some(self.psn.next());
+        let ack_req = last || window_edge || probing || self.since_ack_req + 1 >= ACK_REQ_INTERVAL;
         let (repr, offset, len) = packet_repr(&ctx, wqe, k, ack_req);
         let data = &wqe.wr.data;
         let written = emit_with(&repr, buf, |dst| {
@@ -500,6 +558,15 @@ impl Requester {
             self.next_pkt = 0;
         } else {
             self.next_pkt += 1;
+        }
+        if probing {
+            // The answer to wait for is the acknowledgement of all this
+            // request's PSNs (a READ takes more than one).
+            self.probe_to = Some(after);
+            if after.is_before(self.high) {
+                // The NAK'd packet is resent: on with what was never sent.
+                self.rewind(self.high);
+            }
         }
         if rc {
             let fresh = self.una.distance_to(after) > self.una.distance_to(self.high);

@@ -116,7 +116,7 @@ impl Rig {
             },
         );
         let mut common = QpCommon::new(0x11, init, config, 0xffff);
-        let mut req = Requester::new(false);
+        let mut req = Requester::new(false, false);
         let rc = qp_type == QpType::Rc;
         common.config = step(
             &common.config,
@@ -724,7 +724,7 @@ mod requester {
         )
         .unwrap();
         assert_eq!(
-            Requester::new(false).post_send(&common, send(&r, vec![])),
+            Requester::new(false, false).post_send(&common, send(&r, vec![])),
             Err(PostError::BadState)
         );
     }

@@ -32,6 +32,7 @@ impl Requester {
     pub(in crate::transport::send) fn progress(&mut self, common: &QpCommon, now: Instant) {
         self.reset_retries(common);
         self.rewound_to = None;
+        self.probe_answered();
         let outstanding = self.una != self.high && self.rnr_until.is_none();
         self.retrans_at = if outstanding {
             self.ack_deadline(common, now)
@@ -73,6 +74,78 @@ impl Requester {
         self.rewound_to = Some(to);
     }
 
+    /// After a NAK PSN Sequence Error for `to`, with the send position
+    /// moved back to it: if packets after `to` had been sent and the peer
+    /// has not shown that it discards them, resend only `to` (with AckReq)
+    /// and go on with new packets (`probe_to`); its answer says whether
+    /// the others must follow (`probe_answered`). A lost answer is
+    /// repaired by the timers, which resend from `to` again.
+    pub(in crate::transport::send) fn probe(&mut self, counters: &mut Counters, to: Psn) {
+        if self.peer_holds != Some(false) {
+            self.start_probe(counters, to, true);
+        }
+    }
+
+    /// The early retransmission timer fired with the send position moved
+    /// back to `una`: resend only that packet, whatever the peer is (a
+    /// timer that fired for a slow peer, not a loss, then costs one
+    /// duplicate instead of a window; a lost NAK's gap is filled as well).
+    /// Its answer teaches nothing about the peer: acknowledgements of the
+    /// packets already in flight may overtake it.
+    pub(in crate::transport::send) fn probe_oldest(&mut self, counters: &mut Counters) {
+        self.start_probe(counters, self.una, false);
+    }
+
+    fn start_probe(&mut self, counters: &mut Counters, to: Psn, learns: bool) {
+        let more_sent = to.next().is_before(self.high);
+        if self.selective && more_sent && self.psn == to {
+            self.probe_to = Some(to.next());
+            self.probe_learns = learns;
+            // An early retransmission is counted as one already.
+            if learns {
+                counters.inc(Counter::SelectiveRetransmit);
+            }
+        }
+    }
+
+    /// `una` moved: a selective retransmission's answer came if it reached
+    /// the probe's end. Beyond it, the peer held what followed; exactly at
+    /// it, it discarded them: go back and resend them now (go-back-N),
+    /// and from now on resend all at once.
+    fn probe_answered(&mut self) {
+        let Some(cap) = self.probe_to else { return };
+        if self.una.is_before(cap) {
+            return;
+        }
+        self.probe_to = None;
+        if self.una == cap {
+            if self.probe_learns {
+                self.peer_holds = Some(false);
+            }
+            if cap.is_before(self.psn) {
+                self.rewind(cap);
+                // The NAK the packets sent since draw restates this.
+                self.rewound_to = Some(cap);
+            }
+        } else if self.peer_holds.is_none() && self.probe_learns {
+            self.peer_holds = Some(true);
+        }
+    }
+
+    /// A NAK PSN Sequence Error for `p` came: if it names the end of a
+    /// selective retransmission still unanswered, the resent packet filled
+    /// its gap and the peer reports the next one: most likely a peer that
+    /// held packets after a second loss, but also a go-back-N one whose
+    /// ACK of the resent packet was lost, answering the new packets sent
+    /// since. So nothing is learnt: the probe ends here, before the NAK's
+    /// implied acknowledgement reaches its end (which would read as "held
+    /// nothing"), and the NAK starts the next one, whose answer tells.
+    pub(in crate::transport::send) fn probe_nakd(&mut self, p: Psn) {
+        if self.probe_to == Some(p) {
+            self.probe_to = None;
+        }
+    }
+
     /// Retries spent on the primary path: an ARMED QP moves to its
     /// alternate path (IBTA 17.2.8, `qp::migration`) and starts its
     /// retries over there, with the alternate path's timeout; `false` when
@@ -111,6 +184,7 @@ impl Requester {
             self.rnr_left -= 1;
         }
         self.rnr_until = Some(until);
+        self.probe_to = None;
         self.retrans_at = None;
         self.adaptive.stop();
         self.rewind(self.una);
