@@ -33,12 +33,18 @@ impl Endpoint {
         let fits = pkt.payload.len() <= qp.common.mtu() as usize
             && self.held_bytes + bytes.len() <= MAX_HELD_BYTES;
         let psn = Psn::new(pkt.repr.bth.psn);
+        let (before, count) = (qp.held.bytes(), qp.held.len());
         if holdable && fits && qp.held.hold(psn, qp.resp.expected_psn(), *meta, bytes) {
-            self.held_bytes += bytes.len();
             self.counters.inc(Counter::OooHeld);
+            // It may have taken the slot of a stale packet of an old gap.
+            if qp.held.len() == count {
+                self.counters.inc(Counter::OooDiscarded);
+            }
         } else {
             self.counters.inc(Counter::OooDiscarded);
         }
+        self.held_bytes -= before;
+        self.held_bytes += qp.held.bytes();
     }
 
     /// Executes the packets QP `qpn` holds that are next in PSN order, each
@@ -60,16 +66,15 @@ impl Endpoint {
             let Some(h) = qp.held.take(expected) else {
                 let before = qp.held.bytes();
                 let pruned = qp.held.prune(expected);
-                let freed = before - qp.held.bytes();
+                self.held_bytes -= before - qp.held.bytes();
                 if replayed {
                     qp.resp.ack_replayed();
                 }
-                if !qp.held.is_empty() {
-                    qp.resp.nak_gap();
-                }
-                self.held_bytes -= freed;
+                let naked = !qp.held.is_empty() && qp.resp.nak_gap();
                 self.counters.add(Counter::OooDiscarded, pruned as u64);
-                self.after(qpn);
+                if replayed || naked {
+                    self.after(qpn);
+                }
                 return;
             };
             self.held_bytes -= h.bytes.len();
@@ -86,6 +91,7 @@ impl Endpoint {
             let Some(qp) = self.qps.get_mut(&qpn) else {
                 return;
             };
+            qp.held.recycle(h.bytes);
             if qp.resp.expected_psn() == expected {
                 let mut held = core::mem::take(&mut qp.held);
                 self.release_held(&mut held);

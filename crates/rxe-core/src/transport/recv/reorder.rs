@@ -25,33 +25,51 @@
 //! expected one, and the endpoint's byte budget over all QPs; what does not
 //! fit is discarded (the requester resends it).
 
-use std::collections::HashMap;
-
 use crate::transport::io::RecvMeta;
 use crate::transport::psn::Psn;
 
 /// Packets held per QP at most, and how far ahead of the expected PSN one
 /// may be: twice the requester's window (128), so that a window sent
-/// after a resent one still fits.
+/// after a resent one still fits. A power of two: the slot of a PSN is
+/// its low bits, and no two PSNs fewer than this apart share one.
 pub(crate) const MAX_HELD: u32 = 256;
 
 /// One held packet: BTH..ICRC as received, and its metadata.
 #[derive(Debug)]
 pub(crate) struct Held {
+    pub(crate) psn: Psn,
     pub(crate) meta: RecvMeta,
     pub(crate) bytes: Vec<u8>,
 }
 
-/// The packets one QP holds, by PSN.
+/// The packets one QP holds, each in the slot its PSN's low bits name
+/// (no hashing, no search on the per-packet path), with the buffers of
+/// packets already replayed kept for the next ones (no allocation per
+/// packet once a loss has been repaired).
 #[derive(Debug, Default)]
 pub(crate) struct ReorderBuffer {
-    held: HashMap<u32, Held>,
+    slots: Vec<Option<Held>>,
+    held: usize,
     bytes: usize,
+    spare: Vec<Vec<u8>>,
+    /// No held PSN is before this one (a lower bound, exact after a
+    /// `prune`): while the expected PSN has not passed it, nothing is
+    /// stale and `prune` has nothing to scan for.
+    lowest: Option<Psn>,
+}
+
+fn slot(psn: Psn) -> usize {
+    (psn.value() & (MAX_HELD - 1)) as usize
 }
 
 impl ReorderBuffer {
     pub(crate) fn is_empty(&self) -> bool {
-        self.held.is_empty()
+        self.held == 0
+    }
+
+    /// Packets held.
+    pub(crate) fn len(&self) -> usize {
+        self.held
     }
 
     /// Bytes held.
@@ -60,60 +78,108 @@ impl ReorderBuffer {
     }
 
     /// Holds the packet with PSN `psn`, ahead of `expected`; `false` (and
-    /// nothing held) if it is too far ahead, the QP holds
-    /// [`MAX_HELD`] packets already, or that PSN is held already (a
-    /// duplicate of a held packet changes nothing).
+    /// nothing held) if it is too far ahead or that PSN is held already
+    /// (a duplicate of a held packet changes nothing).
     pub(crate) fn hold(&mut self, psn: Psn, expected: Psn, meta: RecvMeta, bytes: &[u8]) -> bool {
         let ahead = expected.distance_to(psn);
-        if ahead == 0 || ahead >= MAX_HELD || self.held.len() >= MAX_HELD as usize {
+        if ahead == 0 || ahead >= MAX_HELD {
             return false;
         }
-        if self.held.contains_key(&psn.value()) {
-            return false;
+        if self.slots.is_empty() {
+            self.slots.resize_with(MAX_HELD as usize, || None);
         }
+        let s = &mut self.slots[slot(psn)];
+        match s {
+            Some(h) if h.psn == psn => return false,
+            // A packet of a gap the PSNs have moved past (a late copy of it
+            // was executed): stale, this one takes its place.
+            Some(h) => {
+                self.bytes -= h.bytes.len();
+                self.held -= 1;
+            }
+            None => {}
+        }
+        let mut buf = self.spare.pop().unwrap_or_default();
+        buf.clear();
+        buf.extend_from_slice(bytes);
         // Counted already when it arrived: a replay must not raise CNPs
         // for it again.
         let meta = RecvMeta { ce: false, ..meta };
-        self.bytes += bytes.len();
-        self.held.insert(
-            psn.value(),
-            Held {
-                meta,
-                bytes: bytes.to_vec(),
-            },
-        );
+        self.bytes += buf.len();
+        self.held += 1;
+        *s = Some(Held {
+            psn,
+            meta,
+            bytes: buf,
+        });
+        if self.lowest.is_none_or(|l| psn.is_before(l)) {
+            self.lowest = Some(psn);
+        }
         true
     }
 
-    /// The held packet with PSN `psn`, removed.
+    /// The held packet with PSN `psn`, removed. Give its buffer back with
+    /// [`ReorderBuffer::recycle`] once done with it.
     pub(crate) fn take(&mut self, psn: Psn) -> Option<Held> {
-        let h = self.held.remove(&psn.value())?;
+        let s = self.slots.get_mut(slot(psn))?;
+        if s.as_ref().is_none_or(|h| h.psn != psn) {
+            return None;
+        }
+        let h = s.take()?;
         self.bytes -= h.bytes.len();
+        self.held -= 1;
+        if self.lowest == Some(psn) {
+            self.lowest = Some(psn.next());
+        }
         Some(h)
     }
 
-    /// Drops what is no longer ahead of `expected` (it arrived again and
-    /// was executed); returns how many packets were dropped.
-    pub(crate) fn prune(&mut self, expected: Psn) -> usize {
-        let before = self.held.len();
-        let mut freed = 0;
-        self.held.retain(|&p, h| {
-            let ahead = expected.distance_to(Psn::new(p));
-            let keep = ahead != 0 && ahead < MAX_HELD;
-            if !keep {
-                freed += h.bytes.len();
-            }
-            keep
-        });
-        self.bytes -= freed;
-        before - self.held.len()
+    /// Keeps a replayed packet's buffer for the next packet held.
+    pub(crate) fn recycle(&mut self, bytes: Vec<u8>) {
+        if self.spare.len() < MAX_HELD as usize {
+            self.spare.push(bytes);
+        }
     }
 
-    /// Drops everything; returns how many packets that was.
+    /// Drops what is no longer ahead of `expected` (it arrived again and
+    /// was executed); returns how many packets were dropped. Scans the
+    /// slots only if `expected` passed the lowest PSN held.
+    pub(crate) fn prune(&mut self, expected: Psn) -> usize {
+        if self.held == 0 || self.lowest.is_some_and(|l| expected.is_before(l)) {
+            return 0;
+        }
+        let mut dropped = 0;
+        let mut lowest: Option<Psn> = None;
+        for s in &mut self.slots {
+            if let Some(h) = s.as_ref() {
+                let ahead = expected.distance_to(h.psn);
+                if ahead != 0 && ahead < MAX_HELD && lowest.is_none_or(|l| h.psn.is_before(l)) {
+                    lowest = Some(h.psn);
+                }
+            }
+            let stale = s.as_ref().is_some_and(|h| {
+                let ahead = expected.distance_to(h.psn);
+                ahead == 0 || ahead >= MAX_HELD
+            });
+            if stale {
+                if let Some(h) = s.take() {
+                    self.bytes -= h.bytes.len();
+                    self.held -= 1;
+                    dropped += 1;
+                    if self.spare.len() < MAX_HELD as usize {
+                        self.spare.push(h.bytes);
+                    }
+                }
+            }
+        }
+        self.lowest = lowest;
+        dropped
+    }
+
+    /// Drops everything (buffers too); returns how many packets that was.
     pub(crate) fn clear(&mut self) -> usize {
-        let n = self.held.len();
-        self.held.clear();
-        self.bytes = 0;
+        let n = self.held;
+        *self = ReorderBuffer::default();
         n
     }
 }
@@ -148,16 +214,23 @@ mod tests {
     }
 
     #[test]
-    fn at_most_max_held_packets() {
+    fn at_most_max_held_packets_and_buffers_are_reused() {
         let mut b = ReorderBuffer::default();
         let e = Psn::new(5);
         for k in 1..MAX_HELD {
             assert!(b.hold(e.add(k), e, meta(), &[0; 4]));
         }
         assert!(!b.hold(e.add(MAX_HELD - 1), e, meta(), &[0; 4]));
+        assert!(!b.hold(e.add(MAX_HELD), e, meta(), &[0; 4]));
         assert_eq!(b.bytes(), 4 * (MAX_HELD as usize - 1));
-        assert_eq!(b.clear(), MAX_HELD as usize - 1);
+        let h = b.take(e.add(1)).unwrap();
+        let ptr = h.bytes.as_ptr();
+        b.recycle(h.bytes);
+        assert!(b.hold(e.add(MAX_HELD), e.add(1), meta(), &[1; 4]));
+        assert_eq!(b.take(e.add(MAX_HELD)).unwrap().bytes.as_ptr(), ptr);
+        assert_eq!(b.clear(), MAX_HELD as usize - 2);
         assert_eq!(b.bytes(), 0);
+        assert!(b.is_empty());
     }
 
     #[test]

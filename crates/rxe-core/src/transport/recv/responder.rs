@@ -220,9 +220,10 @@ impl Responder {
     /// (everything before the expected PSN), and a requester that resent
     /// one packet and waits for its answer must not read that ACK alone
     /// as "nothing after it was kept".
-    pub(crate) fn nak_gap(&mut self) {
+    /// Returns whether it queued the NAK.
+    pub(crate) fn nak_gap(&mut self) -> bool {
         if self.nak_sent {
-            return;
+            return false;
         }
         self.nak_sent = true;
         let nak = Out::Ack {
@@ -239,6 +240,7 @@ impl Responder {
             ) => *last = nak,
             _ => self.out.push_back(nak),
         }
+        true
     }
 
     /// Receives posted and not yet used.
