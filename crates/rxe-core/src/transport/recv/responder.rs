@@ -226,20 +226,11 @@ impl Responder {
             return false;
         }
         self.nak_sent = true;
-        let nak = Out::Ack {
+        self.push_over_ack(Out::Ack {
             psn: self.epsn,
             syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
             msn: self.msn,
-        };
-        match self.out.back_mut() {
-            Some(
-                last @ Out::Ack {
-                    syndrome: Syndrome::Ack { .. },
-                    ..
-                },
-            ) => *last = nak,
-            _ => self.out.push_back(nak),
-        }
+        });
         true
     }
 
@@ -493,19 +484,25 @@ impl Responder {
     /// Queues an ACK of everything up to `psn`, replacing an ACK that is
     /// still the last thing queued.
     pub(super) fn queue_ack(&mut self, psn: Psn) {
-        let ack = Out::Ack {
+        self.push_over_ack(Out::Ack {
             psn,
             syndrome: Syndrome::ACK_CREDITS_INVALID,
             msn: self.msn,
-        };
+        });
+    }
+
+    /// Queues `out` in place of a positive ACK that is still the last
+    /// thing queued (what it acknowledges, `out` acknowledges too), or
+    /// after whatever else is.
+    fn push_over_ack(&mut self, out: Out) {
         match self.out.back_mut() {
             Some(
                 last @ Out::Ack {
                     syndrome: Syndrome::Ack { .. },
                     ..
                 },
-            ) => *last = ack,
-            _ => self.out.push_back(ack),
+            ) => *last = out,
+            _ => self.out.push_back(out),
         }
     }
 }
