@@ -66,12 +66,15 @@
 //! - Selective retransmission (`recv::reorder`, on unless the endpoint
 //!   turns it off): after a NAK PSN Sequence Error the requester resends
 //!   the NAK'd packet alone, with AckReq, and goes on with packets never
-//!   sent. The answer decides: an acknowledgement past that packet (or a
-//!   NAK for the very next PSN: a second gap the peer reports from held
-//!   packets) shows a peer that held what followed; an acknowledgement of
-//!   exactly that packet shows a go-back-N peer, and the requester goes
-//!   back and resends the rest, and resends all at once after every later
-//!   loss of that QP. Towards a peer that holds, the window is 256 PSNs
+//!   sent. The answer decides: an acknowledgement past that packet shows a
+//!   peer that held what followed; an acknowledgement of exactly that
+//!   packet shows a go-back-N peer, and the requester goes back and
+//!   resends the rest, and resends all at once after every later loss of
+//!   that QP. A NAK for the very next PSN (a second gap reported from held
+//!   packets, or a go-back-N peer's answer to the new packets after its ACK
+//!   was lost) tells nothing and starts the next such resend. An early
+//!   retransmission resends the oldest packet alone in the same way, and
+//!   learns nothing from its answer; a transport timeout resends all. Towards a peer that holds, the window is 256 PSNs
 //!   instead of 128, so that new packets keep going out while a loss is
 //!   repaired. IBTA RC prescribes go-back-N for the responder (9.7.5.1.1);
 //!   the requester's choice of what to resend first is its own, and both
@@ -346,7 +349,6 @@ impl Requester {
         }
     }
 
-    /// Whether PSNs are sent and not yet acknowledged.
     /// PSNs that may be outstanding: [`MAX_UNACKED_PSNS`], or twice that
     /// towards a peer that holds packets after a gap.
     fn window(&self) -> u32 {
@@ -357,6 +359,7 @@ impl Requester {
         }
     }
 
+    /// Whether PSNs are sent and not yet acknowledged.
     pub(crate) fn in_flight(&self) -> bool {
         self.una != self.high
     }
