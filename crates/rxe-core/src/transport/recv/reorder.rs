@@ -131,12 +131,23 @@ impl ReorderBuffer {
         if self.lowest == Some(psn) {
             self.lowest = Some(psn.next());
         }
+        self.release_if_drained();
         Some(h)
     }
 
-    /// Keeps a replayed packet's buffer for the next packet held.
+    /// Nothing held: the slots and spare buffers go too, so that a QP
+    /// that once repaired a loss keeps no memory for it (the slots alone
+    /// are about 28 KiB; idle QPs must stay small).
+    fn release_if_drained(&mut self) {
+        if self.held == 0 {
+            *self = ReorderBuffer::default();
+        }
+    }
+
+    /// Keeps a replayed packet's buffer for the next packet held, while
+    /// packets are still held (a loss repaired while another is pending).
     pub(crate) fn recycle(&mut self, bytes: Vec<u8>) {
-        if self.spare.len() < MAX_HELD as usize {
+        if self.held > 0 && self.spare.len() < MAX_HELD as usize {
             self.spare.push(bytes);
         }
     }
@@ -173,6 +184,7 @@ impl ReorderBuffer {
             }
         }
         self.lowest = lowest;
+        self.release_if_drained();
         dropped
     }
 
@@ -231,6 +243,27 @@ mod tests {
         assert_eq!(b.clear(), MAX_HELD as usize - 2);
         assert_eq!(b.bytes(), 0);
         assert!(b.is_empty());
+    }
+
+    #[test]
+    fn a_drained_buffer_keeps_no_memory() {
+        let mut b = ReorderBuffer::default();
+        let e = Psn::new(9);
+        assert!(b.hold(e.add(1), e, meta(), &[1; 100]));
+        assert!(b.hold(e.add(2), e, meta(), &[2; 100]));
+        let h = b.take(e.add(1)).unwrap();
+        b.recycle(h.bytes);
+        assert_eq!((b.slots.len(), b.spare.len()), (MAX_HELD as usize, 1));
+        let h = b.take(e.add(2)).unwrap();
+        b.recycle(h.bytes);
+        assert!(b.is_empty());
+        assert_eq!(
+            (b.slots.capacity(), b.spare.capacity(), b.bytes()),
+            (0, 0, 0)
+        );
+        assert!(b.hold(e.add(3), e, meta(), &[3; 100]));
+        assert_eq!(b.prune(e.add(4)), 1);
+        assert_eq!((b.slots.capacity(), b.spare.capacity()), (0, 0));
     }
 
     #[test]
