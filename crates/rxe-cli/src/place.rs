@@ -5,7 +5,7 @@
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use rxe_verbs::{CongestionConfig, Device, DeviceConfig, Gid, Target};
@@ -70,9 +70,10 @@ pub fn describe(t: &Target) -> String {
 /// Runs a `pingpong` or `perf` session on a device of its own: on `--ip`
 /// or `-d` if given, else a client's on the address it reaches `host`
 /// from and a server's on the default interface. After a session that
-/// succeeded the device stays `linger` longer, so that the
-/// acknowledgements of the peer's last messages leave before its UDP port
-/// closes; then it is removed (printing its counters with `--counters`).
+/// succeeded the device stays until nothing has arrived for `linger`, so
+/// that the acknowledgements of the peer's last messages (and of its
+/// resends of them) leave before its UDP port closes; then it is removed
+/// (printing its counters with `--counters`).
 pub fn run_on_device(
     place: &Place,
     capture: &Capture,
@@ -92,11 +93,34 @@ pub fn run_on_device(
     let dev = add_device(&target, capture.pcap.as_deref(), place.congestion.config())?;
     let result = session(&dev, &target);
     if result.is_ok() {
-        std::thread::sleep(linger);
+        linger_until_quiet(&dev, linger);
     }
     remove_device(dev, counters);
     result.map(|()| ExitCode::SUCCESS)
 }
+
+/// Keeps the device until no packet has arrived for `quiet` (at most
+/// `LINGER_MAX`). The peer's last message is acknowledged when it arrives,
+/// but on a lossy link that ACK can be lost, and the peer then resends
+/// after its ACK timeout (67 ms at `timeout` 14, longer when the resend is
+/// lost too): each resend is answered and waits out one more `quiet`, so a
+/// peer is not left retrying into a closed port.
+fn linger_until_quiet(dev: &Device, quiet: Duration) {
+    let start = Instant::now();
+    let mut seen = dev.counter("net_rcvd_pkts");
+    let mut since = Instant::now();
+    while since.elapsed() < quiet && start.elapsed() < LINGER_MAX {
+        std::thread::sleep(Duration::from_millis(10));
+        let now = dev.counter("net_rcvd_pkts");
+        if now != seen {
+            seen = now;
+            since = Instant::now();
+        }
+    }
+}
+
+/// The longest `linger_until_quiet` waits.
+const LINGER_MAX: Duration = Duration::from_secs(3);
 
 /// Adds a device on `target`, recording its packets to `capture` if
 /// given, with an error that says what went wrong in one line.

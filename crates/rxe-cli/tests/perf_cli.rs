@@ -404,3 +404,27 @@ fn mismatched_tests_fail_in_bounded_time() {
     let (s, c) = pair_timeout(12, "5", &["write", "-n", "50"], &["send", "-n", "50"]);
     assert!(!s.ok() || !c.ok(), "{s:#?} {c:#?}");
 }
+
+/// `--busy` on a WRITE server: it polls while it waits (its own thread
+/// takes the device's turns), and the test still ends with the client's
+/// report and a server that checked every byte it was written.
+#[test]
+fn write_bw_with_a_busy_polling_server() {
+    let (s, c) = pair_split(
+        17,
+        &["write", "-n", "300", "-s", "65536", "--check", "--busy"],
+        &["write", "-n", "300", "-s", "65536", "--check"],
+    );
+    let (srv, cli) = ("127.0.111.35", "127.0.111.36");
+    check_side(&s, "RDMA_Write BW Test", srv, cli, 1);
+    check_side(&c, "RDMA_Write BW Test", cli, srv, 1);
+    let cr = row(&c, BW_HEADER).expect("client table");
+    assert_eq!(row(&s, BW_HEADER).as_deref(), Some(cr.as_str()));
+    assert_eq!(bw_fields(&cr).1, 300, "{cr}");
+    assert!(
+        s.stdout
+            .iter()
+            .any(|l| l.starts_with(" Data check: each of ")),
+        "{s:#?}"
+    );
+}

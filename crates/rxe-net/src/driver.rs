@@ -124,6 +124,17 @@ impl DriverWaker {
         }
     }
 
+    /// A poll that found completions (so took no turn): the poller is
+    /// still at work, and will take a turn at its next empty poll. Without
+    /// it a loop that always finds completions (many QPs) would look gone
+    /// to the thread, which would queue on the engine lock behind every
+    /// post.
+    pub fn poller_busy(&self, now: Instant) {
+        self.shared
+            .polled_at
+            .store(now.as_nanos().max(1), Ordering::Relaxed);
+    }
+
     /// Call after unlocking the engine from outside the thread: if the
     /// thread skipped a turn because the engine was locked, wake it.
     pub fn after_unlock(&self) {

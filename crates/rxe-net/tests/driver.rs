@@ -450,6 +450,53 @@ fn preferred_busy_polling_leaves_arrivals_to_the_poller_until_it_stops() {
     driver.stop();
 }
 
+/// A poller that keeps finding completions (`poller_busy`, no turn of its
+/// own) counts as at work, so the driver stops watching the socket, but
+/// still turns at its looks for the poller: what arrives meanwhile is
+/// received, by the driver, and not stranded until the poller's next
+/// empty poll.
+#[test]
+fn a_poller_finding_completions_strands_nothing() {
+    let port = Arc::new(NetPort::new(Clock::new()));
+    let me = v4(8, 2);
+    port.add_address(me).unwrap();
+    let engine = Arc::new(Mutex::new(Script::default()));
+    let driver = Driver::spawn(port.clone(), engine.clone()).unwrap();
+    let waker = driver.waker();
+    waker.set_prefer_busy_poll(true);
+    let out = UdpSocket::bind(SocketAddr::new(v4(8, 10), 0)).unwrap();
+    let dst = SocketAddr::new(me, 4791);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let poller = {
+        let (port, waker, stop) = (port.clone(), waker.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                waker.poller_busy(port.clock().now());
+                std::thread::yield_now();
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(60));
+    for i in 0..20u8 {
+        let mut p = body(20, i);
+        let h = WireHeaders::outgoing(out.local_addr().unwrap(), dst, p.len(), 64, 0).unwrap();
+        seal(&h, &mut p).unwrap();
+        out.send_to(&p, dst).unwrap();
+    }
+    until("20 datagrams while the poller is busy", || {
+        (engine.lock().unwrap().received.len() == 20).then_some(())
+    });
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    poller.join().unwrap();
+    let e = engine.lock().unwrap();
+    assert!(e
+        .receivers
+        .iter()
+        .all(|n| n.as_deref() == Some("rxe-driver")));
+    drop(e);
+    driver.stop();
+}
+
 /// With source ports each QP's packets leave from one of the address's
 /// send-only sockets (ports from 0xC000), the same one for every packet of
 /// the QP, each sealed for the port it leaves from; the sockets go with

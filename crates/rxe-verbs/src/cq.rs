@@ -246,6 +246,8 @@ impl Cq {
     fn progress_if_empty(&self) {
         if self.shared.state.lock().unwrap().wcs.is_empty() {
             self.dev.progress();
+        } else {
+            self.dev.poller_busy();
         }
     }
 

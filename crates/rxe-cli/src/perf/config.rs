@@ -153,6 +153,12 @@ pub struct Args {
     /// (seconds) [default: wait forever, as the real tools].
     #[arg(long, value_name = "SECS")]
     timeout: Option<f64>,
+    /// The server of a WRITE or READ bandwidth test, which has nothing to
+    /// poll for, polls its CQ anyway until the client's report comes, so
+    /// that its own thread receives and answers (busy polling) instead of
+    /// the device's driver thread: one core spins for it.
+    #[arg(long)]
+    busy: bool,
 }
 
 /// The validated settings of one run.
@@ -178,6 +184,8 @@ pub(super) struct Config {
     pub(super) all: bool,
     pub(super) timeout: Option<Duration>,
     pub(super) gid_index: Option<u8>,
+    /// --busy: a passive server busy polls while it waits.
+    pub(super) busy: bool,
 }
 
 impl Config {
@@ -293,6 +301,7 @@ impl Config {
             all: a.all,
             timeout,
             gid_index: a.gid_index,
+            busy: a.busy,
         })
     }
 

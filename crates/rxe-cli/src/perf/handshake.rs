@@ -348,6 +348,11 @@ impl<S: Read + Write> Channel<S> {
         self.stream
     }
 
+    /// The byte stream, for a side that watches it for readability.
+    pub fn stream(&self) -> &S {
+        &self.stream
+    }
+
     /// One exchange of `N` bytes each way.
     fn xchg<const N: usize>(&mut self, mine: &[u8; N], what: &'static str) -> Result<[u8; N]> {
         let mut theirs = [0u8; N];

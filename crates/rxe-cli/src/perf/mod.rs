@@ -52,7 +52,7 @@ use config::Config;
 use handshake::Verb;
 use session::session;
 
-/// How long a side keeps its device after the end, so that the
+/// How long a side keeps its device after nothing more arrived, so that the
 /// acknowledgements of the peer's last requests (and answers to its
 /// retransmissions: kernel rxe retransmits forever with retry_cnt 7) leave
 /// before the UDP port closes. `ib_write_lat` has no closing exchange, so

@@ -1,6 +1,8 @@
 //! Posting and polling: perftest's work requests, completions checked
 //! and waited for with a deadline that moves with progress.
 
+use std::io;
+use std::net::TcpStream;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -112,6 +114,32 @@ impl Perf<'_> {
             }
             w.idle(what)?;
         }
+    }
+
+    /// `--busy`, on a server with nothing to poll for: polls the (empty)
+    /// CQ, each poll a turn of the device on this thread, until the client
+    /// writes on the TCP connection (its report) or closes it; the
+    /// blocking exchange then goes on as without it.
+    pub(super) fn busy_until_readable(&mut self, stream: &TcpStream) -> Result<()> {
+        stream.set_nonblocking(true)?;
+        let mut byte = [0u8; 1];
+        let waited = loop {
+            // A system call per 32 polls rather than per poll.
+            for _ in 0..32 {
+                self.wcs.clear();
+                self.cq
+                    .poll_into(64, &mut self.wcs)
+                    .context("poll CQ failed")?;
+                std::thread::yield_now();
+            }
+            match stream.peek(&mut byte) {
+                Ok(_) => break Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => break Err(e),
+            }
+        };
+        stream.set_nonblocking(false)?;
+        Ok(waited?)
     }
 
     /// Hands each completion of the last [`Self::poll`], its status

@@ -37,10 +37,12 @@ pub use config::Args;
 use config::Config;
 use session::Pingpong;
 
-/// How long a side keeps its device after the last completion, so that
+/// How long a side keeps its device after nothing more arrived, so that
 /// the acknowledgements of the peer's last messages leave before the UDP
-/// port closes (an RC peer with retry_cnt 7 retransmits forever).
-const LINGER: Duration = Duration::from_millis(100);
+/// port closes (an RC peer with retry_cnt 7 retransmits forever). Longer
+/// than the peer's ACK timeout (67 ms at `timeout` 14, as ibv_rc_pingpong
+/// sets it), so that a resend after a lost last ACK still finds the QP.
+const LINGER: Duration = Duration::from_millis(200);
 
 pub fn run(args: &Args) -> Result<ExitCode> {
     let cfg = Config::from_args(args)?;

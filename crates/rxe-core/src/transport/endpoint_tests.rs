@@ -992,3 +992,129 @@ fn all_qps_together_hold_at_most_the_endpoint_budget() {
     );
     assert!(ep.counters().get(Counter::OooDiscarded) >= 255);
 }
+
+// ---- transmit order
+
+/// Busy QPs take turns of `TX_QUANTUM` packets, so that each QP's packets
+/// leave in runs the device can send as one GSO message, and every QP
+/// still gets its turn.
+#[test]
+fn busy_qps_take_turns_of_a_quantum_of_packets() {
+    let mut ep = Endpoint::new(QpCaps::default());
+    let qps: Vec<u32> = (0..3).map(|_| setup_on(&mut ep, None).0).collect();
+    let mut mem = VecMemory::new();
+    let len = 40 * 1024;
+    let src = mem
+        .register_bytes(1, 0x1000, vec![5; len], AccessFlags::empty())
+        .unwrap();
+    for &qpn in &qps {
+        to_rts(&mut ep, qpn);
+        let wr = SendWr {
+            wr_id: u64::from(qpn),
+            op: SendOp::RdmaWrite {
+                remote_addr: 0x9000,
+                rkey: 0x42,
+            },
+            data: SendData::Sges(vec![Sge {
+                addr: 0x1000,
+                length: len as u32,
+                lkey: src.raw(),
+            }]),
+            signaled: true,
+            fence: false,
+            solicited: false,
+            ud: None,
+        };
+        ep.post_send(qpn, wr).unwrap();
+    }
+    let mut buf = [0u8; 1024 + 64];
+    let mut order = Vec::new();
+    while let Some(t) = ep.poll_transmit(Instant::ZERO, &mut mem, &mut buf) {
+        order.push(t.src_qpn);
+    }
+    // MTU 1024: 40 packets each, in turns of 16, 16 and the last 8.
+    let q = TX_QUANTUM as usize;
+    let mut expected = Vec::new();
+    for turn in [q, q, 40 - 2 * q] {
+        for &qpn in &qps {
+            expected.extend(std::iter::repeat_n(qpn, turn));
+        }
+    }
+    assert_eq!(order, expected);
+}
+
+// ---- timers
+
+/// An ACK that moves a QP's ACK timer later leaves its entry where it was:
+/// that entry fires to nothing (no retransmission) and the timer is set
+/// again for when it is really due, where it fires.
+#[test]
+fn a_timer_moved_later_fires_once_early_to_nothing_then_when_due() {
+    let (mut ep, rc, _) = setup();
+    let a = QpAttr {
+        qp_state: Some(QpState::Rts),
+        sq_psn: Some(Psn::new(500)),
+        timeout: Some(14),
+        retry_cnt: Some(7),
+        rnr_retry: Some(7),
+        max_rd_atomic: Some(1),
+        ..Default::default()
+    };
+    ep.modify_qp(rc, &a, a.mask()).unwrap();
+    let mut mem = VecMemory::new();
+    let src = mem
+        .register_bytes(1, 0x1000, vec![5; 8192], AccessFlags::empty())
+        .unwrap();
+    let wr = SendWr {
+        wr_id: 1,
+        op: SendOp::RdmaWrite {
+            remote_addr: 0x9000,
+            rkey: 0x42,
+        },
+        data: SendData::Sges(vec![Sge {
+            addr: 0x1000,
+            length: 8192,
+            lkey: src.raw(),
+        }]),
+        signaled: true,
+        fence: false,
+        solicited: false,
+        ud: None,
+    };
+    ep.post_send(rc, wr).unwrap();
+    assert_eq!(drain(&mut ep, &mut mem, us(0)).len(), 8);
+    let first = ep.poll_timeout().expect("the ACK timer");
+    // PSNs 500..=503 acknowledged 1 ms later: the timer is due 1 ms later.
+    let ext = ExtReprs {
+        aeth: Some(AethRepr {
+            syndrome: Syndrome::Ack { credits: 31 },
+            msn: 0,
+        }),
+        ..Default::default()
+    };
+    let ack = test_packet::emit(test_packet::bth(Opcode::RC_ACKNOWLEDGE, rc, 503), ext, &[]);
+    let meta = RecvMeta::between(Gid::ZERO, Gid::ZERO);
+    ep.handle(us(1000), &meta, &ack, &mut mem);
+    assert_eq!(ep.poll_timeout(), Some(first), "the entry stays");
+    ep.handle_timeout(first);
+    assert!(
+        drain(&mut ep, &mut mem, first).is_empty(),
+        "nothing was due"
+    );
+    assert_eq!(ep.counters().get(Counter::CompleterRetryErr), 0);
+    let due = ep.poll_timeout().expect("set again");
+    assert_eq!(due, first.saturating_add(us(1000).saturating_since(us(0))));
+    ep.handle_timeout(due);
+    let resent = drain(&mut ep, &mut mem, due);
+    let psn = TransportRepr::parse(&resent[0].1).unwrap().repr.bth.psn;
+    assert_eq!(psn, 504, "the oldest unacknowledged packet");
+    assert_eq!(
+        ep.counters().get(Counter::CompleterRetryErr),
+        1,
+        "one retry"
+    );
+    // A destroyed QP's entry goes with it, not when it would have fired.
+    assert!(ep.poll_timeout().is_some());
+    ep.destroy_qp(rc).unwrap();
+    assert_eq!(ep.poll_timeout(), None);
+}

@@ -579,6 +579,11 @@ impl DeviceShared {
         self.waker.busy_poll(&self.net, &self.engine);
     }
 
+    /// A poll of a CQ of this device found completions.
+    pub(crate) fn poller_busy(&self) {
+        self.waker.poller_busy(self.net.clock().now());
+    }
+
     pub(crate) fn take_client_data(&self, id: ClientId) -> Option<ClientData> {
         self.client_data.lock().unwrap().remove(&id)
     }
