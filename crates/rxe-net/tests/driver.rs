@@ -83,6 +83,15 @@ fn body(len: usize, tag: u8) -> Vec<u8> {
     v
 }
 
+/// Sends a 20-byte RoCE body tagged `tag` from `out` to `dst`, its ICRC
+/// sealed for the headers it will have.
+fn send_sealed(out: &UdpSocket, dst: SocketAddr, tag: u8) {
+    let mut p = body(20, tag);
+    let h = WireHeaders::outgoing(out.local_addr().unwrap(), dst, p.len(), 64, 0).unwrap();
+    seal(&h, &mut p).unwrap();
+    out.send_to(&p, dst).unwrap();
+}
+
 fn until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let end = StdInstant::now() + Duration::from_secs(5);
     loop {
@@ -331,12 +340,7 @@ fn busy_polling_and_the_driver_share_the_turns() {
     let waker = driver.waker();
     let out = UdpSocket::bind(SocketAddr::new(v4(7, 9), 0)).unwrap();
     let dst = SocketAddr::new(me, 4791);
-    let send = |tag: u8| {
-        let mut p = body(20, tag);
-        let h = WireHeaders::outgoing(out.local_addr().unwrap(), dst, p.len(), 64, 0).unwrap();
-        seal(&h, &mut p).unwrap();
-        out.send_to(&p, dst).unwrap();
-    };
+    let send = |tag: u8| send_sealed(&out, dst, tag);
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let poller = {
         let (port, engine, waker, stop) =
@@ -395,12 +399,7 @@ fn preferred_busy_polling_leaves_arrivals_to_the_poller_until_it_stops() {
     waker.set_prefer_busy_poll(true);
     let out = UdpSocket::bind(SocketAddr::new(v4(8, 9), 0)).unwrap();
     let dst = SocketAddr::new(me, 4791);
-    let send = |tag: u8| {
-        let mut p = body(20, tag);
-        let h = WireHeaders::outgoing(out.local_addr().unwrap(), dst, p.len(), 64, 0).unwrap();
-        seal(&h, &mut p).unwrap();
-        out.send_to(&p, dst).unwrap();
-    };
+    let send = |tag: u8| send_sealed(&out, dst, tag);
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let poller = {
         let (port, engine, waker, stop) =
@@ -478,10 +477,7 @@ fn a_poller_finding_completions_strands_nothing() {
     };
     std::thread::sleep(Duration::from_millis(60));
     for i in 0..20u8 {
-        let mut p = body(20, i);
-        let h = WireHeaders::outgoing(out.local_addr().unwrap(), dst, p.len(), 64, 0).unwrap();
-        seal(&h, &mut p).unwrap();
-        out.send_to(&p, dst).unwrap();
+        send_sealed(&out, dst, i);
     }
     until("20 datagrams while the poller is busy", || {
         (engine.lock().unwrap().received.len() == 20).then_some(())

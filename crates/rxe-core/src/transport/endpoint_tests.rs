@@ -683,6 +683,27 @@ fn us(n: u64) -> Instant {
     Instant::from_nanos(n * 1000)
 }
 
+/// A signaled RDMA WRITE of `len` bytes from 0x1000 (region `lkey`) to
+/// 0x9000 (rkey 0x42).
+fn write_wr(wr_id: u64, lkey: u32, len: u32) -> SendWr {
+    SendWr {
+        wr_id,
+        op: SendOp::RdmaWrite {
+            remote_addr: 0x9000,
+            rkey: 0x42,
+        },
+        data: SendData::Sges(vec![Sge {
+            addr: 0x1000,
+            length: len,
+            lkey,
+        }]),
+        signaled: true,
+        fence: false,
+        solicited: false,
+        ud: None,
+    }
+}
+
 /// RTR -> RTS with the attributes RC needs (sq_psn 500, no ACK timer).
 fn to_rts(ep: &mut Endpoint, qpn: u32) {
     let a = QpAttr {
@@ -823,22 +844,7 @@ fn a_cnp_paces_the_requester_by_time() {
     let src = mem
         .register_bytes(1, 0x1000, vec![5; 8192], AccessFlags::empty())
         .unwrap();
-    let write = |wr_id| SendWr {
-        wr_id,
-        op: SendOp::RdmaWrite {
-            remote_addr: 0x9000,
-            rkey: 0x42,
-        },
-        data: SendData::Sges(vec![Sge {
-            addr: 0x1000,
-            length: 8192,
-            lkey: src.raw(),
-        }]),
-        signaled: true,
-        fence: false,
-        solicited: false,
-        ud: None,
-    };
+    let write = |wr_id| write_wr(wr_id, src.raw(), 8192);
     // Unlimited: all 8 packets at once, no deadline but the ACK timer's.
     ep.post_send(rc, write(1)).unwrap();
     assert_eq!(drain(&mut ep, &mut mem, us(0)).len(), 8);
@@ -1009,23 +1015,8 @@ fn busy_qps_take_turns_of_a_quantum_of_packets() {
         .unwrap();
     for &qpn in &qps {
         to_rts(&mut ep, qpn);
-        let wr = SendWr {
-            wr_id: u64::from(qpn),
-            op: SendOp::RdmaWrite {
-                remote_addr: 0x9000,
-                rkey: 0x42,
-            },
-            data: SendData::Sges(vec![Sge {
-                addr: 0x1000,
-                length: len as u32,
-                lkey: src.raw(),
-            }]),
-            signaled: true,
-            fence: false,
-            solicited: false,
-            ud: None,
-        };
-        ep.post_send(qpn, wr).unwrap();
+        ep.post_send(qpn, write_wr(u64::from(qpn), src.raw(), len as u32))
+            .unwrap();
     }
     let mut buf = [0u8; 1024 + 64];
     let mut order = Vec::new();
@@ -1065,23 +1056,7 @@ fn a_timer_moved_later_fires_once_early_to_nothing_then_when_due() {
     let src = mem
         .register_bytes(1, 0x1000, vec![5; 8192], AccessFlags::empty())
         .unwrap();
-    let wr = SendWr {
-        wr_id: 1,
-        op: SendOp::RdmaWrite {
-            remote_addr: 0x9000,
-            rkey: 0x42,
-        },
-        data: SendData::Sges(vec![Sge {
-            addr: 0x1000,
-            length: 8192,
-            lkey: src.raw(),
-        }]),
-        signaled: true,
-        fence: false,
-        solicited: false,
-        ud: None,
-    };
-    ep.post_send(rc, wr).unwrap();
+    ep.post_send(rc, write_wr(1, src.raw(), 8192)).unwrap();
     assert_eq!(drain(&mut ep, &mut mem, us(0)).len(), 8);
     let first = ep.poll_timeout().expect("the ACK timer");
     // PSNs 500..=503 acknowledged 1 ms later: the timer is due 1 ms later.
