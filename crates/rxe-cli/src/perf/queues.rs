@@ -118,12 +118,25 @@ impl Perf<'_> {
 
     /// `--busy`, on a server with nothing to poll for: polls the (empty)
     /// CQ, each poll a turn of the device on this thread, until the client
-    /// writes on the TCP connection (its report) or closes it; the
-    /// blocking exchange then goes on as without it.
-    pub(super) fn busy_until_readable(&mut self, stream: &TcpStream) -> Result<()> {
+    /// writes on the TCP connection (its report) or closes it, or for at
+    /// most `timeout`; the blocking exchange then goes on as without it
+    /// (and times out, if it must, as it would have).
+    pub(super) fn busy_until_readable(
+        &mut self,
+        stream: &TcpStream,
+        timeout: Option<Duration>,
+    ) -> Result<()> {
         stream.set_nonblocking(true)?;
+        let waited = self.poll_until_readable(stream, timeout);
+        // Blocking again whatever happened, for the exchange that follows.
+        stream.set_nonblocking(false)?;
+        waited
+    }
+
+    fn poll_until_readable(&mut self, stream: &TcpStream, timeout: Option<Duration>) -> Result<()> {
+        let start = std::time::Instant::now();
         let mut byte = [0u8; 1];
-        let waited = loop {
+        while timeout.is_none_or(|t| start.elapsed() < t) {
             // A system call per 32 polls rather than per poll.
             for _ in 0..32 {
                 self.wcs.clear();
@@ -133,13 +146,12 @@ impl Perf<'_> {
                 std::thread::yield_now();
             }
             match stream.peek(&mut byte) {
-                Ok(_) => break Ok(()),
+                Ok(_) => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => break Err(e),
+                Err(e) => return Err(e.into()),
             }
-        };
-        stream.set_nonblocking(false)?;
-        Ok(waited?)
+        }
+        Ok(())
     }
 
     /// Hands each completion of the last [`Self::poll`], its status

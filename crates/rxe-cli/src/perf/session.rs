@@ -276,7 +276,7 @@ pub(super) fn session(dev: &Device, target: &Target, cfg: &Config) -> Result<()>
     } else {
         // The NIC does the work; wait for the client's report.
         if cfg.busy {
-            s.busy_until_readable(ch.stream())
+            s.busy_until_readable(ch.stream(), cfg.timeout)
                 .context("failed to wait for the client's report")?;
         }
         let theirs_report = ch
