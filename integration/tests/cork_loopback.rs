@@ -80,3 +80,47 @@ fn without_corking_each_post_sends_at_once() {
     println!("not corked: {WRITES} WRITEs in {batched} batched sends");
     assert_eq!(batched, 0, "a post waited for another");
 }
+
+/// With busy polling preferred and a poller at work, a corked post does
+/// not wake the driver thread (the poller's next turn would send the
+/// batch). A poller that then stops without saying so strands nothing:
+/// the driver thread's next look, within a millisecond, sends what is
+/// corked. Nothing polls a's CQ until b has every byte.
+#[test]
+fn corked_posts_of_a_poller_that_stops_still_leave() {
+    let a = node("127.0.148.5", true);
+    let b = node("127.0.148.6", true);
+    a.dev.set_prefer_busy_poll(true);
+    let (qa, _qb) = pair(&a, &b, QpType::Rc);
+    let data: Vec<u8> = (0..WRITES as usize * LEN).map(|i| (i * 11) as u8).collect();
+    a.mr.write(0, &data).unwrap();
+    a.dev.busy_poll();
+    for i in 0..WRITES {
+        let off = i as usize * LEN;
+        qa.post_send(SendWr {
+            wr_id: i,
+            op: SendOp::RdmaWrite {
+                remote_addr: b.mr.addr() + off as u64,
+                rkey: b.mr.rkey(),
+            },
+            data: SendData::Sges(vec![a.mr.sge(off, LEN as u32)]),
+            signaled: true,
+            fence: false,
+            solicited: false,
+            ud: None,
+        })
+        .unwrap();
+    }
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut got = vec![0u8; data.len()];
+    loop {
+        b.mr.read(0, &mut got).unwrap();
+        if got == data {
+            break;
+        }
+        assert!(std::time::Instant::now() < end, "corked WRITEs never left");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let wcs = a.wait(WRITES as usize);
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
+}

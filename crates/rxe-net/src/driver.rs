@@ -135,6 +135,12 @@ impl DriverWaker {
             .store(now.as_nanos().max(1), Ordering::Relaxed);
     }
 
+    /// Whether busy polling is preferred and a poller is at work, so that
+    /// the thread only looks in every [`POLLER_FRESH`].
+    pub fn poller_at_work(&self, now: Instant) -> bool {
+        self.shared.prefer_busy_poll.load(Ordering::Relaxed) && poller_fresh(&self.shared, now)
+    }
+
     /// Call after unlocking the engine from outside the thread: if the
     /// thread skipped a turn because the engine was locked, wake it.
     pub fn after_unlock(&self) {
