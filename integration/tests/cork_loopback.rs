@@ -30,13 +30,9 @@ fn counter(n: &Node, name: &str) -> u64 {
         .map_or(0, |(_, v)| v)
 }
 
-/// Posts `WRITES` 64-byte WRITEs back to back from a to b, each from its own
-/// bytes to its own place; returns how many batched (GSO) sends a made.
-fn pipelined_writes(a: &Node, b: &Node) -> u64 {
-    let (qa, _qb) = pair(a, b, QpType::Rc);
-    let data: Vec<u8> = (0..WRITES as usize * LEN).map(|i| (i * 7) as u8).collect();
-    a.mr.write(0, &data).unwrap();
-    let before = counter(a, "net_sent_gso_msgs");
+/// Posts `WRITES` signaled 64-byte WRITEs on `qa`, each from its own
+/// `LEN` bytes of a's region to the same place in b's.
+fn post_writes(qa: &Qp, a: &Node, b: &Node) {
     for i in 0..WRITES {
         let off = i as usize * LEN;
         qa.post_send(SendWr {
@@ -53,6 +49,16 @@ fn pipelined_writes(a: &Node, b: &Node) -> u64 {
         })
         .unwrap();
     }
+}
+
+/// Posts `WRITES` 64-byte WRITEs back to back from a to b, each from its own
+/// bytes to its own place; returns how many batched (GSO) sends a made.
+fn pipelined_writes(a: &Node, b: &Node) -> u64 {
+    let (qa, _qb) = pair(a, b, QpType::Rc);
+    let data: Vec<u8> = (0..WRITES as usize * LEN).map(|i| (i * 7) as u8).collect();
+    a.mr.write(0, &data).unwrap();
+    let before = counter(a, "net_sent_gso_msgs");
+    post_writes(&qa, a, b);
     let wcs = a.wait(WRITES as usize);
     let ids: Vec<u64> = wcs.iter().map(|w| w.wr_id).collect();
     assert_eq!(ids, (0..WRITES).collect::<Vec<_>>(), "in order");
@@ -95,22 +101,7 @@ fn corked_posts_of_a_poller_that_stops_still_leave() {
     let data: Vec<u8> = (0..WRITES as usize * LEN).map(|i| (i * 11) as u8).collect();
     a.mr.write(0, &data).unwrap();
     a.dev.busy_poll();
-    for i in 0..WRITES {
-        let off = i as usize * LEN;
-        qa.post_send(SendWr {
-            wr_id: i,
-            op: SendOp::RdmaWrite {
-                remote_addr: b.mr.addr() + off as u64,
-                rkey: b.mr.rkey(),
-            },
-            data: SendData::Sges(vec![a.mr.sge(off, LEN as u32)]),
-            signaled: true,
-            fence: false,
-            solicited: false,
-            ud: None,
-        })
-        .unwrap();
-    }
+    post_writes(&qa, &a, &b);
     let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let mut got = vec![0u8; data.len()];
     loop {
