@@ -12,7 +12,7 @@ use rxe_core::transport::{
     local_ack_timeout, AccessFlags, Counter, Instant, Key, PathMtu, QpType, SendData, SendOp,
     WcStatus, WorkQueue,
 };
-use rxe_core::wire::{NakCode, Opcode, Syndrome};
+use rxe_core::wire::Opcode;
 use sim::*;
 
 const SEEDS: u64 = 200;
@@ -98,8 +98,7 @@ fn nominal() -> Duration {
 }
 
 fn is_seq_nak(p: &PacketInfo) -> bool {
-    p.opcode == Opcode::RC_ACKNOWLEDGE
-        && p.syndrome == Some(Syndrome::Nak(NakCode::PsnSequenceError))
+    p.opcode == Opcode::RC_ACKNOWLEDGE && p.is_seq_nak()
 }
 
 /// The request packets of WRITE `i`, by PSN offset from the first: the

@@ -1371,15 +1371,7 @@ fn sequence_error_nak_once(selective: bool) {
             sim.nodes[1].bytes(m.rb)[..len] == sim.nodes[0].bytes(m.src)[..len],
             "{ctx}: data"
         );
-        let naks: Vec<u32> = sim
-            .log()
-            .iter()
-            .filter(|e| {
-                e.fate == Fate::Sent
-                    && e.info.syndrome == Some(Syndrome::Nak(NakCode::PsnSequenceError))
-            })
-            .map(|e| e.info.psn)
-            .collect();
+        let naks = sim.sent_seq_naks();
         assert_eq!(
             naks,
             vec![start.add(lost).value()],

@@ -12,7 +12,6 @@ mod sim;
 use rxe_core::transport::{
     AccessFlags, Counter, Key, PathMtu, QpType, SendData, SendOp, WcStatus, WorkQueue,
 };
-use rxe_core::wire::{NakCode, Syndrome};
 use sim::*;
 
 const PD: u32 = 1;
@@ -137,15 +136,7 @@ impl Pair {
     }
 
     fn seq_naks(&self) -> Vec<u32> {
-        self.sim
-            .log()
-            .iter()
-            .filter(|e| {
-                e.fate == Fate::Sent
-                    && e.info.syndrome == Some(Syndrome::Nak(NakCode::PsnSequenceError))
-            })
-            .map(|e| e.info.psn)
-            .collect()
+        self.sim.sent_seq_naks()
     }
 }
 

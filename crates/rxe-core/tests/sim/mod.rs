@@ -265,6 +265,15 @@ impl Sim {
         self.log.as_deref().unwrap_or(&[])
     }
 
+    /// The PSNs of the sequence-error NAKs sent, in order (needs the log).
+    pub fn sent_seq_naks(&self) -> Vec<u32> {
+        self.log()
+            .iter()
+            .filter(|e| e.fate == Fate::Sent && e.info.is_seq_nak())
+            .map(|e| e.info.psn)
+            .collect()
+    }
+
     pub fn set_filter(&mut self, f: impl FnMut(Instant, &PacketInfo) -> Verdict + 'static) {
         self.net.filter = Some(Box::new(f));
     }

@@ -6,7 +6,7 @@ use std::collections::BinaryHeap;
 use std::time::Duration;
 
 use rxe_core::transport::Instant;
-use rxe_core::wire::{Opcode, Syndrome};
+use rxe_core::wire::{NakCode, Opcode, Syndrome};
 
 use super::rng::Rng;
 
@@ -132,6 +132,13 @@ pub struct PacketInfo {
     pub tag: Option<u32>,
     /// AtomicETH virtual address.
     pub atomic_va: Option<u64>,
+}
+
+impl PacketInfo {
+    /// A NAK for a PSN sequence error (IBTA 9.7.5.2.8).
+    pub fn is_seq_nak(&self) -> bool {
+        self.syndrome == Some(Syndrome::Nak(NakCode::PsnSequenceError))
+    }
 }
 
 /// What happened to one packet.
