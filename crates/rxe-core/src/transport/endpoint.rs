@@ -561,7 +561,11 @@ impl Endpoint {
         }
         let qpn = bth.dest_qp;
         self.deliver(qpn, now, meta, bytes, &pkt, mem);
-        self.replay_held(qpn, now, mem);
+        // No QP holds anything (the common case, `held_bytes` counts every
+        // held packet): no second lookup of the QP for it.
+        if self.held_bytes != 0 {
+            self.replay_held(qpn, now, mem);
+        }
     }
 
     /// A packet for the permissive QPN: a copy for each QP attached to the
