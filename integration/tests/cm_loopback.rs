@@ -532,3 +532,46 @@ fn a_full_backlog_leaves_requests_for_their_resend() {
     }
     let _ = (listener, kept);
 }
+
+/// What the drop-in library does at a program's exit (`cm::leave`):
+/// DREQ every connection still up, wait for each DREP, and resend an
+/// unanswered DREQ every 50 ms meanwhile, where the CM's own timer (the
+/// default timings: 4.3 s of CM response time plus two packet lifetimes)
+/// would resend it only after the process had gone.
+#[test]
+fn leaving_disconnects_waits_for_the_drep_and_resends_an_unanswered_dreq_soon() {
+    let srv = Node::new("127.0.140.70");
+    let cli = Node::new("127.0.140.71");
+    let (lch, _listener) = listen(&srv, "127.0.140.70:7004");
+    let connect = || {
+        let (cch, cid, _cqp) = dial(&cli, "127.0.140.71:0", "127.0.140.70:7004", b"");
+        let (sid, _sqp, _) = take_and_accept(&srv, &lch, 0);
+        established(&cch);
+        assert!(matches!(next(&lch), RdmaCmEvent::Established { .. }));
+        (cch, cid, sid)
+    };
+    assert_eq!(cm::leave(&cli.dev, WAIT), 0, "nothing to end");
+
+    // Disconnected before: the wait ends with the DREP, nothing resent.
+    let (cch, cid, _sid) = connect();
+    cid.disconnect().expect("disconnect");
+    assert_eq!(cm::leave(&cli.dev, WAIT), 0);
+    assert!(matches!(next(&cch), RdmaCmEvent::Disconnected { .. }));
+    assert!(matches!(next(&lch), RdmaCmEvent::Disconnected { .. }));
+    assert_eq!(cli.dev.counter("cm_retransmits"), 0);
+
+    // Left up: leaving sends the DREQ, and the peer hears it.
+    let (cch, _cid, _sid) = connect();
+    assert_eq!(cm::leave(&cli.dev, WAIT), 0);
+    assert!(matches!(next(&lch), RdmaCmEvent::Disconnected { .. }));
+    assert!(matches!(next(&cch), RdmaCmEvent::Disconnected { .. }));
+    assert_eq!(cli.dev.counter("cm_retransmits"), 0);
+
+    // Unanswered (the peer's device is gone): resent within the wait.
+    let (_cch, cid, _sid) = connect();
+    srv.dev.remove().expect("remove the server's device");
+    cid.disconnect().expect("disconnect");
+    assert_eq!(cm::leave(&cli.dev, Duration::from_millis(400)), 1);
+    let resent = cli.dev.counter("cm_retransmits");
+    assert!((3..=8).contains(&resent), "{resent} resends in 400 ms");
+}

@@ -14,7 +14,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use support::tools::{dynamic_symbols, exec, exports, have, lib_dir, serial, versioned_imports};
+use support::tools::{
+    build_c, dynamic_symbols, exec, exports, have, lib_dir, serial, versioned_imports,
+};
 use support::{Finished, Rxe};
 
 const T: Duration = Duration::from_secs(120);
@@ -505,29 +507,9 @@ fn c_program_prints_ok(name: &str, addr: &str) {
 
 /// [`c_program_prints_ok`] with arguments for the program.
 fn c_program_with_args_prints_ok(name: &str, addr: &str, args: &[&str]) {
-    if !Path::new("/usr/include/infiniband/verbs.h").exists() {
-        if std::env::var("RXE_SKIP_IBVERBS_TOOLS").as_deref() == Ok("1") {
-            eprintln!("SKIPPED: no verbs.h (RXE_SKIP_IBVERBS_TOOLS=1)");
-            return;
-        }
-        panic!("no /usr/include/infiniband/verbs.h: install libibverbs-dev (scripts/setup.sh), or set RXE_SKIP_IBVERBS_TOOLS=1");
-    }
-    let dir = std::env::temp_dir().join(format!("rxe-c-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let exe = dir.join(name);
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
-    let cc = Command::new("cc")
-        .args(["-Wall", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .args(["-libverbs", "-lrdmacm"])
-        .output()
-        .expect("cc runs");
-    assert!(
-        cc.status.success(),
-        "{}",
-        String::from_utf8_lossy(&cc.stderr)
-    );
+    let Some((dir, exe)) = build_c(name) else {
+        return;
+    };
     let f = exec(addr, exe.to_str().unwrap(), args).finish(T);
     assert!(f.ok() && f.stdout == ["OK"], "{f:#?}");
     std::fs::remove_dir_all(&dir).unwrap();

@@ -6,7 +6,8 @@
 //! udaddy (UD over SIDR), rstream and riostream (rsockets and their I/O
 //! map: blocking, non-blocking and through rpoll, data checked by the
 //! tools), qperf's RC tests over the CM, ib_write_bw -R and
-//! ib_send_lat -R, and a connection to a port nobody listens on.
+//! ib_send_lat -R, a connection to a port nobody listens on, and a client
+//! of our own (`tests/c/exit_connected.c`) that exits connected.
 //!
 //! Each test has its own addresses in 127.0.112.0/24 and its own CM
 //! ports. Without the Debian tools the tests fail, unless
@@ -18,7 +19,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use support::tools::{dynamic_symbols, exec, exports, have, lib_dir, serial, versioned_imports};
+use support::tools::{
+    build_c, dynamic_symbols, exec, exports, have, lib_dir, serial, versioned_imports,
+};
 use support::{Finished, Rxe};
 
 const T: Duration = Duration::from_secs(120);
@@ -569,4 +572,25 @@ fn a_connection_to_a_port_nobody_listens_on_is_rejected() {
     // rping prints the event and its status: the REJ's reason, 8
     // (invalid ServiceID).
     assert!(all.contains("RDMA_CM_EVENT_REJECTED, error 8"), "{all}");
+}
+
+#[test]
+fn a_client_that_exits_connected_still_disconnects_its_peer() {
+    let _serial = serial();
+    let Some((dir, exe)) = build_c("exit_connected") else {
+        return;
+    };
+    let exe = exe.to_str().unwrap();
+    // The client returns from main with its connection up: no
+    // rdma_disconnect, no destroy. The library's exit hook sends the DREQ
+    // the kernel's CM would send once such a program has gone.
+    let mut s = listening(
+        "127.0.112.60",
+        &["--", exe, "server", "127.0.112.60", "19307"],
+    );
+    let c = exec("127.0.112.61", exe, &["client", "127.0.112.60", "19307"]).finish(T);
+    let s = s.finish(T);
+    assert!(c.ok() && c.stdout == ["OK"], "client {c:#?}");
+    assert!(s.ok() && s.stdout == ["OK"], "server {s:#?}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -683,3 +683,62 @@ fn a_forgotten_request_comes_back_as_new_on_its_resend() {
         [CmEvent::ConnectRequest { .. }]
     ));
 }
+
+#[test]
+fn a_lost_dreq_hurried_before_exit_is_resent_soon_and_reaches_the_peer() {
+    let mut p = Pair::new();
+    let (a, b, _, _, _) = p.establish();
+    assert_eq!(p.a.unanswered_dreqs(), 0);
+    p.a.disconnect(p.now, a, &[]).unwrap();
+    let (_, lost) = Pair::one(&mut p.a);
+    assert_eq!(p.a.unanswered_dreqs(), 1);
+    let normal = p.a.poll_timeout().unwrap();
+    // The consumer is leaving: resends four times as often from now on.
+    let every = normal.saturating_since(p.now) / 4;
+    p.a.hurry_dreqs(p.now, every);
+    let first = p.now.saturating_add(every);
+    assert!(first < normal);
+    assert_eq!(p.a.poll_timeout(), Some(first));
+    // Nothing before the hurried time, then the same DREQ again.
+    p.a.handle_timeout(Instant::from_nanos(first.as_nanos() - 1));
+    assert!(Pair::sent(&mut p.a).is_empty());
+    p.a.handle_timeout(first);
+    let (_, again) = Pair::one(&mut p.a);
+    assert_eq!(again, lost);
+    assert_eq!(p.a.counters().get(CmCounter::Retransmits), 1);
+    assert_eq!(p.a.poll_timeout(), Some(first.saturating_add(every)));
+    // Hurrying again does not put a sooner resend off.
+    p.a.hurry_dreqs(first.saturating_add(every / 2), every);
+    assert_eq!(p.a.poll_timeout(), Some(first.saturating_add(every)));
+    // The resent DREQ reaches B, whose DREP ends it at A.
+    p.b.handle(first, addr_a(), &again);
+    assert_eq!(Pair::events(&mut p.b), [CmEvent::Disconnected { id: b }]);
+    let (_, drep) = Pair::one(&mut p.b);
+    p.a.handle(first, addr_b(), &drep);
+    assert_eq!(Pair::events(&mut p.a), [CmEvent::Disconnected { id: a }]);
+    assert_eq!(p.a.unanswered_dreqs(), 0);
+    assert_eq!(p.a.state(a), Some(CmState::TimeWait));
+}
+
+#[test]
+fn a_hurried_dreq_that_is_never_answered_still_runs_out_of_retries() {
+    let mut p = Pair::new();
+    let (a, _, _, _, _) = p.establish();
+    p.a.disconnect(p.now, a, &[]).unwrap();
+    let _ = Pair::sent(&mut p.a);
+    let every = Duration::from_millis(20);
+    p.a.hurry_dreqs(p.now, every);
+    let retries = u64::from(p.a.config().max_cm_retries);
+    let mut now = p.now;
+    for _ in 0..retries {
+        now = now.saturating_add(every);
+        p.a.handle_timeout(now);
+        assert_eq!(Pair::sent(&mut p.a).len(), 1);
+    }
+    assert_eq!(p.a.counters().get(CmCounter::Retransmits), retries);
+    now = now.saturating_add(every);
+    p.a.handle_timeout(now);
+    assert!(Pair::sent(&mut p.a).is_empty());
+    assert_eq!(Pair::events(&mut p.a), [CmEvent::Disconnected { id: a }]);
+    assert_eq!(p.a.unanswered_dreqs(), 0);
+}

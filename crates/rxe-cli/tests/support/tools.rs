@@ -47,6 +47,38 @@ pub fn lib_dir() -> PathBuf {
         .unwrap_or_else(|| panic!("no libibverbs.so near {}", exe.display()))
 }
 
+/// Builds `tests/c/NAME.c` against the installed verbs.h, rdma_cma.h and
+/// the real libibverbs.so and librdmacm.so, into its own temporary
+/// directory (returned with the program; remove it when done). `None`,
+/// loudly, without the headers when RXE_SKIP_IBVERBS_TOOLS=1; a panic
+/// saying what to install otherwise.
+pub fn build_c(name: &str) -> Option<(PathBuf, PathBuf)> {
+    if !Path::new("/usr/include/infiniband/verbs.h").exists() {
+        if std::env::var("RXE_SKIP_IBVERBS_TOOLS").as_deref() == Ok("1") {
+            eprintln!("SKIPPED: no verbs.h (RXE_SKIP_IBVERBS_TOOLS=1)");
+            return None;
+        }
+        panic!("no /usr/include/infiniband/verbs.h: install libibverbs-dev (scripts/setup.sh), or set RXE_SKIP_IBVERBS_TOOLS=1");
+    }
+    let dir = std::env::temp_dir().join(format!("rxe-c-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join(name);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
+    let cc = std::process::Command::new("cc")
+        .args(["-Wall", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .args(["-libverbs", "-lrdmacm"])
+        .output()
+        .expect("cc runs");
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    Some((dir, exe))
+}
+
 /// `rxe exec --ip ADDR -- PROGRAM ARGS`.
 pub fn exec(addr: &str, prog: &str, args: &[&str]) -> Rxe {
     let mut a = vec!["exec", "--ip", addr, "--", prog];

@@ -337,6 +337,56 @@ impl CmEndpoint {
         Ok(())
     }
 
+    /// Sends a DREQ on every Established connection, as the kernel's CM
+    /// does for each ID still connected when a program's rdma_cm file
+    /// closes (its exit, however it ends); returns how many.
+    pub fn disconnect_all(&mut self, now: Instant) -> usize {
+        let up: Vec<u32> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.state == CmState::Established)
+            .map(|(&id, _)| id)
+            .collect();
+        up.into_iter()
+            .filter(|&id| self.disconnect(now, CommId(id), &[]).is_ok())
+            .count()
+    }
+
+    /// How many of our DREQs still wait for their DREP (connections in
+    /// DreqSent).
+    pub fn unanswered_dreqs(&self) -> usize {
+        self.conns
+            .values()
+            .filter(|c| c.state == CmState::DreqSent)
+            .count()
+    }
+
+    /// The consumer is about to go, and this endpoint with it (a process
+    /// exiting, where the kernel's CM would outlive it): each DREQ still
+    /// unanswered is resent `every` from now on, and every `every` after,
+    /// instead of at the peer's CM response time (seconds), within the
+    /// retries it has left. A resend that proves needless costs the peer
+    /// one duplicate DREQ, which it answers with its DREP again; a lost
+    /// DREQ that is never resent leaves the peer connected for ever.
+    pub fn hurry_dreqs(&mut self, now: Instant, every: Duration) {
+        let at = now.saturating_add(every);
+        let ids: Vec<u32> = self
+            .conns
+            .iter_mut()
+            .filter(|(_, c)| c.state == CmState::DreqSent)
+            .map(|(&id, c)| {
+                c.retry_timeout = c.retry_timeout.min(every);
+                id
+            })
+            .collect();
+        for id in ids {
+            let due = self.conns.get(&id).and_then(|c| c.deadline);
+            if due.is_none_or(|d| d > at) {
+                self.set_timer(id, at);
+            }
+        }
+    }
+
     /// The attributes for the QP's INIT, RTR and RTS transitions, once both
     /// the REQ and the REP are known.
     pub fn qp_attrs(&self, id: CommId) -> Result<QpAttrs, CmError> {

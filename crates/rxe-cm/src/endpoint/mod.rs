@@ -71,6 +71,13 @@
 //!   received, even when Established (the peer's REP timed out before our
 //!   RTU reached it), ends in TimeWait with `Rejected`: neither side stays
 //!   half open.
+//! - **Leaving.** A consumer that goes away with its CM (a process
+//!   exiting, where the kernel's CM would stay) calls `disconnect_all`,
+//!   as the kernel does for each ID still connected when a program's file
+//!   closes, and `hurry_dreqs`: the DREQs then go again every few tens of
+//!   ms, within their retries, while it waits for the DREPs. The kernel
+//!   instead cancels the resend of a DREQ whose ID is destroyed; a peer
+//!   whose only DREQ was lost waits for ever.
 //! - **TimeWait** lasts the connection's Local ACK Timeout (Linux's CM
 //!   uses the same value); the ID is not reused meanwhile (IDs count up).
 //! - **Transaction IDs.** Every MAD of a connection carries the REQ's

@@ -2,10 +2,13 @@
 //! first call, this opens a context on each configured rxe device (which
 //! attaches its engine and binds its UDP port), starts the device's CM
 //! (QP1 answers from then on), and keeps one PD per device, the PD an ID
-//! gets when it is bound to the device (`id->pd`).
+//! gets when it is bound to the device (`id->pd`). At the process's exit
+//! it ends the connections the way the kernel's CM would after the
+//! program had gone ([`leave_at_exit`]).
 
 use std::ffi::c_int;
-use std::sync::Mutex;
+use std::sync::{Mutex, Once, TryLockError};
+use std::time::{Duration, Instant};
 
 use rxe_verbs_abi::{ibv_context, ibv_pd};
 
@@ -20,6 +23,41 @@ struct CmDevice {
 }
 
 static DEVICES: Mutex<Option<Vec<CmDevice>>> = Mutex::new(None);
+
+/// The longest a process waits at its exit for the DREPs of its DREQs.
+const EXIT_WAIT: Duration = Duration::from_secs(1);
+
+static AT_EXIT: Once = Once::new();
+
+/// The process that registered [`leave_at_exit`]: a child it forks shares
+/// its sockets but not its connections, and must not end them at its exit.
+static EXIT_PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Run by `exit`: the kernel's CM outlives a program, this one goes with
+/// it, so before it goes it disconnects what is still up and waits (at
+/// most [`EXIT_WAIT`] in all) until each DREQ is answered, resending the
+/// lost ones ([`rxe_verbs::cm::leave`]). Nothing may unwind out of here.
+extern "C" fn leave_at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        if EXIT_PID.load(std::sync::atomic::Ordering::Relaxed) != std::process::id() {
+            return;
+        }
+        let devs: Vec<rxe_verbs::Device> = {
+            let g = match DEVICES.try_lock() {
+                Ok(g) => g,
+                Err(TryLockError::Poisoned(p)) => p.into_inner(),
+                // Held by a thread that exit() stopped in the middle of a
+                // call: leave as the kernel-less process would.
+                Err(TryLockError::WouldBlock) => return,
+            };
+            g.iter().flatten().map(|d| d.dev.clone()).collect()
+        };
+        let deadline = Instant::now() + EXIT_WAIT;
+        for dev in devs {
+            rxe_verbs::cm::leave(&dev, deadline.saturating_duration_since(Instant::now()));
+        }
+    });
+}
 
 /// Opens every configured device for the CM (once per process). A device
 /// that cannot start (its address is held by another process) is left
@@ -57,6 +95,15 @@ pub fn init() -> Result<(), c_int> {
         return Err(libc::ENODEV);
     }
     *g = Some(out);
+    AT_EXIT.call_once(|| {
+        EXIT_PID.store(std::process::id(), std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: registers a function of this library, which stays
+        // mapped for the process's life (it is libibverbs.so.1 and
+        // librdmacm.so.1 themselves, never unloaded).
+        if unsafe { libc::atexit(leave_at_exit) } != 0 {
+            tracing::debug!("atexit refused: no disconnects at exit");
+        }
+    });
     Ok(())
 }
 

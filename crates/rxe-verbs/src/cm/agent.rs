@@ -53,6 +53,8 @@ pub(crate) struct AgentState {
     pub gsi: GsiCounters,
     /// Requests waiting up to [`LISTEN_GRACE`](super::parked::LISTEN_GRACE) for a listener.
     parked: ParkedRequests,
+    /// [`leave`] asked the thread to disconnect everything and hurry.
+    leaving: bool,
     stop: bool,
 }
 
@@ -91,6 +93,7 @@ pub(crate) fn agent(dev: &Device) -> Result<Arc<CmAgent>> {
             sgid_for: HashMap::new(),
             gsi: GsiCounters::default(),
             parked: ParkedRequests::default(),
+            leaving: false,
             stop: false,
         }),
         wake: Mutex::new(false),
@@ -118,6 +121,48 @@ pub(crate) fn agent(dev: &Device) -> Result<Arc<CmAgent>> {
 /// not answer CM MADs (a REQ to it goes unanswered, not rejected).
 pub fn start(dev: &Device) -> Result<()> {
     agent(dev).map(|_| ())
+}
+
+/// How often [`leave`] resends the DREQs still unanswered: far above a
+/// round trip on a LAN, far below the seconds of a CM's response time.
+const LEAVING_RESEND: Duration = Duration::from_millis(50);
+
+/// The process is about to exit: sends a DREQ on every connection of the
+/// CM of `dev` that is still up, then waits, at most `within`, until every
+/// DREQ has its DREP (or has run out of retries), resending the
+/// unanswered ones every 50 ms meanwhile; returns how many are still
+/// unanswered (1 if the agent's thread never took the request). The
+/// kernel's CM outlives a program and does both after it has gone; this
+/// CM goes with its process, so without this a connection left up, or a
+/// DREQ lost on the way, would leave the peer connected for ever, waiting
+/// for a disconnect that never comes. A device whose CM never started has
+/// nothing to do.
+///
+/// The agent's thread does the sending: called from `exit`, the calling
+/// thread's thread-locals (the send path's scratch buffers) are already
+/// gone. The caller only takes locks and sleeps.
+pub fn leave(dev: &Device, within: Duration) -> usize {
+    let agent = dev
+        .0
+        .cm
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .agent
+        .clone();
+    let Some(agent) = agent else { return 0 };
+    let deadline = std::time::Instant::now() + within;
+    agent.lock().leaving = true;
+    agent.notify();
+    loop {
+        let left = {
+            let st = agent.lock();
+            usize::from(st.leaving) + st.ep.unanswered_dreqs()
+        };
+        if left == 0 || std::time::Instant::now() >= deadline {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
 }
 
 /// Sets the CM's configuration (timeouts, retries) of `dev` before its
@@ -249,6 +294,11 @@ impl CmAgent {
             }
             if st.ep.poll_timeout().is_some_and(|t| t <= now) {
                 st.ep.handle_timeout(now);
+            }
+            if std::mem::take(&mut st.leaving) {
+                let dreqs = st.ep.disconnect_all(now);
+                st.ep.hurry_dreqs(now, LEAVING_RESEND);
+                tracing::debug!(device = %self.dev.name(), dreqs, unanswered = st.ep.unanswered_dreqs(), "leaving: DREQs sent and hurried");
             }
             self.flush(&mut st);
             let mut events = Vec::new();

@@ -21,7 +21,7 @@ mod parked;
 mod qp_setup;
 pub mod resolve;
 
-pub use agent::{configure, start};
+pub use agent::{configure, leave, start};
 pub use channel::{
     ChannelHook, EventChannel, NextEvent, PeerConnParam, RdmaCmEvent, UdPeer, Unreachable,
 };
