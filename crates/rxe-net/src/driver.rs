@@ -21,7 +21,10 @@
 //! lock behind it (a futex sleep and a futex wake per packet, measured:
 //! 1.8 futex calls per round trip of `rxe perf write --lat`): it leaves a
 //! note (`missed`) that the poller reads after unlocking, and the poller
-//! takes one more turn.
+//! takes one more turn. With busy polling preferred, a poller's turn that
+//! received a request or two leaves the answer for its next turn or post
+//! (`poller_turn`): the application sees what came one system call
+//! sooner, and the ACK leaves with its next post.
 
 use std::io;
 use std::os::fd::AsRawFd;
@@ -166,10 +169,11 @@ impl DriverWaker {
         let Some(mut e) = try_lock(engine) else {
             return false;
         };
+        let defer = self.shared.prefer_busy_poll.load(Ordering::Relaxed);
         // A packet that arrives while we hold the lock wakes the thread,
         // which leaves a note instead of waiting: one more turn here.
         for _ in 0..2 {
-            let d = turn(port, &mut *e).deadline;
+            let d = poller_turn(port, &mut *e, defer).deadline;
             drop(e);
             self.notify_deadline(d);
             fence(Ordering::SeqCst);
@@ -211,6 +215,8 @@ pub struct Turn {
     pub received: usize,
     /// The engine's next deadline.
     pub deadline: Option<Instant>,
+    /// What the engine had to send was left for the next turn.
+    pub sends_deferred: bool,
 }
 
 /// One engine turn, the same for the driver thread and a busy poller:
@@ -226,15 +232,49 @@ pub struct Turn {
 /// the ACK, and the waiter's first verb then slept on that lock (seen with
 /// `strace -f` on `ibv_rc_pingpong -e`: a futex wait and wake per message).
 pub fn turn<E: Engine + ?Sized>(port: &NetPort, e: &mut E) -> Turn {
-    let received = port.receive_only(e);
+    poller_turn(port, e, false)
+}
+
+/// A poller's turn that received more packets than this is a stream's,
+/// not a ping-pong's: it sends at once (deferring there cost 6 % of 64 B
+/// WRITEs to a busy-polling server, docs/performance.md).
+const DEFER_MAX_RECEIVED: usize = 2;
+
+/// [`turn`], for a busy poller with busy polling preferred
+/// (`defer_sends`): when the turn received one or two packets, one of them
+/// a request (a SEND, WRITE, READ or atomic: so the engine has its ACK or
+/// response to send), what the engine then has to send waits for the next
+/// turn or the next post, one turn at most. An `ib_write_lat`-style loop
+/// then sees the peer's WRITE one `sendmmsg` sooner, and its ACK leaves
+/// with the WRITE the loop posts in answer, in one `sendmmsg` (and
+/// arrives with it, in one `recvmmsg`). A turn that received only ACKs (a
+/// stream's sender, whose window they open) or many packets (a stream's
+/// receiver) sends at once: deferring there held data and ACKs back from
+/// streams. A poller that stops polling without a post leaves the sends to
+/// the thread, which looks in within [`POLLER_FRESH`] while a poller is at
+/// work, and at once when it leaves (`poller_left`); the device's ACK
+/// delay (`local_ca_ack_delay`, IBTA 9.7.6.1.3: the requester's timeout
+/// allows for it) is far longer.
+fn poller_turn<E: Engine + ?Sized>(port: &NetPort, e: &mut E, defer_sends: bool) -> Turn {
+    let got = port.receive_only(e);
     let now = port.clock().now();
     if e.poll_timeout().is_some_and(|t| t <= now) {
         e.handle_timeout(now);
     }
-    port.flush(e);
+    let sends_deferred = defer_sends
+        && got.requests > 0
+        && got.packets <= DEFER_MAX_RECEIVED
+        && port.defer_sends_once();
+    if sends_deferred {
+        e.after_batch();
+    } else {
+        port.flush(e);
+    }
+    let received = got.packets;
     Turn {
         received,
         deadline: e.poll_timeout(),
+        sends_deferred,
     }
 }
 
@@ -474,3 +514,7 @@ fn lock_or_note<'a, E>(
     shared.missed.store(false, Ordering::SeqCst);
     Some(g)
 }
+
+#[cfg(test)]
+#[path = "driver_tests.rs"]
+mod tests;

@@ -114,6 +114,9 @@ pub struct NetPort {
     waker: Mutex<Option<Arc<mio::Waker>>>,
     unread: AtomicBool,
     send_blocked: AtomicBool,
+    /// A busy poller's turn left the engine's sends for later
+    /// (`driver::poller_turn`); the next `flush` clears it.
+    sends_deferred: AtomicBool,
     /// The congestion settings' IP half (`set_congestion`): whether data
     /// packets go out ECT(0).
     ect: AtomicBool,
@@ -156,6 +159,7 @@ impl NetPort {
             waker: Mutex::new(None),
             unread: AtomicBool::new(false),
             send_blocked: AtomicBool::new(false),
+            sends_deferred: AtomicBool::new(false),
             ect: AtomicBool::new(CongestionConfig::default().ecn),
             cnp_traffic_class: AtomicU8::new(CongestionConfig::default().cnp_traffic_class()),
             faults: None,
@@ -414,6 +418,12 @@ impl NetPort {
     /// become writable, then `flush`.
     pub fn has_pending_sends(&self) -> bool {
         self.send_blocked.load(Ordering::Acquire)
+    }
+
+    /// Whether a turn may leave the engine's sends for later: yes, once
+    /// after each `flush`.
+    pub(crate) fn defer_sends_once(&self) -> bool {
+        !self.sends_deferred.swap(true, Ordering::Relaxed)
     }
 
     pub(crate) fn set_waker(&self, waker: Option<Arc<mio::Waker>>) {

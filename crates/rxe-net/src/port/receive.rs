@@ -4,6 +4,7 @@
 //! the good ones handed to the engine.
 
 use super::*;
+use rxe_core::wire::Opcode;
 
 impl NetPort {
     /// Reads every socket in `recvmmsg` batches (at most
@@ -11,7 +12,7 @@ impl NetPort {
     /// datagram's ICRC and hands the good ones to `engine.handle`. Calls
     /// `after_batch` at the end. Returns the packets handed over.
     pub fn receive<E: Engine + ?Sized>(&self, engine: &mut E) -> usize {
-        let delivered = self.receive_only(engine);
+        let delivered = self.receive_only(engine).packets;
         engine.after_batch();
         delivered
     }
@@ -19,11 +20,12 @@ impl NetPort {
     /// [`NetPort::receive`] without the `after_batch` call, for a caller
     /// that calls it itself soon after (the driver's turn: after `flush`,
     /// see `driver::turn`).
-    pub(crate) fn receive_only<E: Engine + ?Sized>(&self, engine: &mut E) -> usize {
+    pub(crate) fn receive_only<E: Engine + ?Sized>(&self, engine: &mut E) -> Received {
         {
             let mut rx = lock(&self.rx);
             let sockets = self.sockets.read().unwrap_or_else(PoisonError::into_inner);
             let mut delivered = 0;
+            let mut requests = 0;
             let mut unread = false;
             for sock in sockets.iter() {
                 let mut round = 0;
@@ -47,14 +49,14 @@ impl NetPort {
                             continue;
                         };
                         if m.segment.is_none() || m.truncated {
-                            delivered += self.deliver(engine, sock, m, bytes, now);
+                            delivered += self.deliver(engine, sock, m, bytes, now, &mut requests);
                             continue;
                         }
                         // Coalesced by UDP GRO: each segment is a packet
                         // of its own, with the datagram's TTL and TOS.
                         self.counters.inc(NetCounter::RcvdGroDatagrams);
                         for seg in gso::segments(bytes, m.segment) {
-                            delivered += self.deliver(engine, sock, m, seg, now);
+                            delivered += self.deliver(engine, sock, m, seg, now, &mut requests);
                         }
                     }
                     if n < rx.slots() {
@@ -66,7 +68,10 @@ impl NetPort {
                 }
             }
             self.unread.store(unread, Ordering::Release);
-            delivered + self.release_held(engine, self.clock.now())
+            Received {
+                packets: delivered + self.release_held(engine, self.clock.now()),
+                requests,
+            }
         }
     }
 
@@ -133,6 +138,7 @@ impl NetPort {
         m: &RxMeta,
         bytes: &[u8],
         now: rxe_core::transport::Instant,
+        requests: &mut usize,
     ) -> usize {
         let c = &self.counters;
         // With GRO the receive slots hold 64 KiB; a packet longer than any
@@ -162,6 +168,10 @@ impl NetPort {
                 if o.meta.ce {
                     c.inc(NetCounter::RcvdCe);
                 }
+                let request = Opcode(o.packet[0])
+                    .info()
+                    .is_some_and(|i| i.operation.is_request());
+                *requests += usize::from(request);
                 self.hand_over(engine, now, &o.meta, o.packet)
             }
             Err(e) => {
@@ -183,4 +193,14 @@ impl NetPort {
             }
         }
     }
+}
+
+/// What one receive handed to the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Received {
+    /// Packets, through the fault layer.
+    pub packets: usize,
+    /// Of the intact packets, those a requester sent (not ACKs, READ
+    /// responses or ATOMIC Acknowledges).
+    pub requests: usize,
 }

@@ -15,6 +15,7 @@ impl NetPort {
     /// they are out (see `has_pending_sends`). Calls `after_batch` at the
     /// end. Returns the packets handed to the kernel.
     pub fn flush<E: Engine + ?Sized>(&self, engine: &mut E) -> usize {
+        self.sends_deferred.store(false, Ordering::Relaxed);
         let sent = {
             let mut tx = lock(&self.tx);
             let sockets = self.sockets.read().unwrap_or_else(PoisonError::into_inner);
