@@ -7,12 +7,13 @@ mod support;
 
 use std::time::Duration;
 
-const FIGURES: [&str; 8] = [
+const FIGURES: [&str; 9] = [
     "RC WRITE 1 MiB, 1 QP [Gb/s]",
     "RC WRITE 1 MiB, 1 QP [Gb/s]",
     "RC READ 1 MiB, 1 QP [Gb/s]",
     "RC SEND 1 MiB, 1 QP [Gb/s]",
     "RC WRITE 64 B pipelined [M msg/s]",
+    "RC WRITE 64 B pipelined, server --busy [M msg/s]",
     "RC WRITE 2 B round trip [us]",
     "RC WRITE 64 KiB, 1000 QPs [Gb/s]",
     "RC WRITE 1 MiB, 1 % loss [Gb/s]",
@@ -100,8 +101,8 @@ fn bench_quick_prints_every_figure_beside_its_baseline() {
     assert!(body[0][7].contains("GSO") && body[1][7].contains("sendmmsg"));
     // The last two compare rxe with itself, and say so; the lossless
     // figure is the first row's.
-    assert!(body[6][7].contains("rxe itself") && body[7][7].contains("rxe itself"));
-    assert_eq!(body[7][2], body[0][1]);
+    assert!(body[7][7].contains("rxe itself") && body[8][7].contains("rxe itself"));
+    assert_eq!(body[8][2], body[0][1]);
     // After the table, the idle QP's memory in KiB.
     let idle = out
         .stdout

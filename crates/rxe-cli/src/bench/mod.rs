@@ -58,13 +58,20 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     let iters = |per_sec: f64| ((per_sec * secs) as u64).max(5).to_string();
     let limit = Duration::from_secs_f64(30.0 + 10.0 * secs);
     let port = std::cell::Cell::new(TCP_PORT);
-    let perf_env = |args: &[&str], env: &[(&str, &str)]| {
+    let perf_with = |args: &[&str], server_args: &[&str], env: &[(&str, &str)]| {
         port.set(port.get() + 1);
-        let a: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        let owned = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<String>>();
+        let (a, sa) = (owned(args), owned(server_args));
         let e: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v} ")).collect();
-        eprintln!("rxe bench: {}rxe perf {}", e.concat(), a.join(" "));
-        perf_run::run(&exe, &a, env, port.get(), limit)
+        let extra = if sa.is_empty() {
+            String::new()
+        } else {
+            format!(" (server {})", sa.join(" "))
+        };
+        eprintln!("rxe bench: {}rxe perf {}{extra}", e.concat(), a.join(" "));
+        perf_run::run(&exe, &a, &sa, env, port.get(), limit)
     };
+    let perf_env = |args: &[&str], env: &[(&str, &str)]| perf_with(args, &[], env);
     let perf = |args: &[&str]| perf_env(args, &[]);
 
     // First, while the heap is fresh, so that the QPs take new pages
@@ -149,6 +156,18 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         small.msg_rate() / 1e6,
         ">= 2 M/s",
         Cpu::per_gb(r.client_cpu, r.server_cpu, msgs * 64.0),
+        Cpu::per_gb(small.tx_cpu, small.rx_cpu, small.msgs as f64 * 64.0),
+        "sendmmsg/recvmmsg 96 B + CRC32",
+    ));
+    // The same with the server's device busy polling (`rxe perf --busy`):
+    // its driver thread no longer sleeps between batches, for a core.
+    let r = perf_with(&["write", "-s", "64", "-n", &n], &["--busy"], &[])?;
+    rows.push(Row::new(
+        "RC WRITE 64 B pipelined, server --busy [M msg/s]",
+        r.col(4)?,
+        small.msg_rate() / 1e6,
+        "",
+        Cpu::per_gb(r.client_cpu, r.server_cpu, r.col(1)? * 64.0),
         Cpu::per_gb(small.tx_cpu, small.rx_cpu, small.msgs as f64 * 64.0),
         "sendmmsg/recvmmsg 96 B + CRC32",
     ));

@@ -66,11 +66,13 @@ fn lines(child: &mut Child) -> Receiver<String> {
     rx
 }
 
-/// Runs `rxe perf ARGS` as server and client on TCP port `port`, both with
-/// the environment variables `env`; every wait bounded by `limit`.
+/// Runs `rxe perf ARGS` as server (with `server_args` too) and client on
+/// TCP port `port`, both with the environment variables `env`; every wait
+/// bounded by `limit`.
 pub fn run(
     exe: &Path,
     args: &[String],
+    server_args: &[String],
     env: &[(&str, &str)],
     port: u16,
     limit: Duration,
@@ -87,6 +89,7 @@ pub fn run(
     };
     let mut server = Command::new(exe)
         .args(common(SERVER_IP))
+        .args(server_args)
         .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
