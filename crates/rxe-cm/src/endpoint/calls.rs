@@ -355,10 +355,16 @@ impl CmEndpoint {
     /// How many of our DREQs still wait for their DREP (connections in
     /// DreqSent).
     pub fn unanswered_dreqs(&self) -> usize {
-        self.conns
-            .values()
-            .filter(|c| c.state == CmState::DreqSent)
-            .count()
+        self.in_state(CmState::DreqSent)
+    }
+
+    /// How many connections are Established.
+    pub fn established(&self) -> usize {
+        self.in_state(CmState::Established)
+    }
+
+    fn in_state(&self, state: CmState) -> usize {
+        self.conns.values().filter(|c| c.state == state).count()
     }
 
     /// The consumer is about to go, and this endpoint with it (a process

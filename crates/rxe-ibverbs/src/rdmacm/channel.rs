@@ -82,13 +82,18 @@ impl CChannel {
     /// The next event, blocking unless the fd is non-blocking (then -1
     /// with EAGAIN, as librdmacm's read of its fd gives).
     pub fn next(&self) -> Result<*mut rdma_cm_event, c_int> {
+        // Held for the whole call: a program may destroy the channel while
+        // this thread waits in it (older rping never joins its CM thread).
+        // The wait then goes on, on the open eventfd, as it would in
+        // librdmacm, instead of touching freed memory.
+        let (inner, fd) = (self.inner.clone(), self.fd.clone());
         loop {
-            if !wait_eventfd(self.fd.0) {
+            if !wait_eventfd(fd.0) {
                 return Err(std::io::Error::last_os_error()
                     .raw_os_error()
                     .unwrap_or(libc::EIO));
             }
-            let Some(e) = self.inner.try_get_event() else {
+            let Some(e) = inner.try_get_event() else {
                 continue;
             };
             // An event of an ID destroyed meanwhile is dropped.

@@ -151,7 +151,17 @@ pub fn leave(dev: &Device, within: Duration) -> usize {
         .clone();
     let Some(agent) = agent else { return 0 };
     let deadline = std::time::Instant::now() + within;
-    agent.lock().leaving = true;
+    {
+        let mut st = agent.lock();
+        // Nothing up, nothing unanswered (a program that disconnected and
+        // had its DREP): leave at once, as the process would have. Its
+        // other threads may still be inside calls on what it destroyed
+        // (rping's CM thread, never joined): lingering lets them run on.
+        if st.ep.established() == 0 && st.ep.unanswered_dreqs() == 0 {
+            return 0;
+        }
+        st.leaving = true;
+    }
     agent.notify();
     loop {
         let left = {
