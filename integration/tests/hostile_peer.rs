@@ -46,6 +46,8 @@ const VOLUME: &[&str] = &[
     "net_rcvd_bytes",
     // Every data packet leaves ECN-capable (docs/congestion.md).
     "net_sent_ect_pkts",
+    // The driver's turns awake after traffic: activity, not a verdict.
+    "net_driver_spin_turns",
 ];
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {

@@ -84,6 +84,9 @@ net_counters! {
     FaultDuplicated => "fault_duplicated",
     /// The fault layer held a packet back behind the next one.
     FaultReordered => "fault_reordered",
+    /// Turns the driver thread took awake after traffic (`driver::SPIN`)
+    /// instead of sleeping until the next packet woke it.
+    DriverSpinTurns => "driver_spin_turns",
 }
 
 /// The counters of one port, updated from any thread without locks.

@@ -14,6 +14,13 @@
 //! poster flushes its own packets (see `NetPort::flush`), so the driver is
 //! needed only for what comes later: responses, acknowledgements, timers.
 //!
+//! A passive side (no application thread polls: a WRITE or READ target
+//! whose application waits on something else) keeps the thread awake
+//! while its traffic lasts: after a turn that received packets it turns
+//! again, yielding in between, for [`SPIN`] past the last arrival before
+//! it sleeps in epoll again, as NAPI polls while busy; not while a yield
+//! shows another thread waiting for the core ([`SPIN_CONTENDED`]).
+//!
 //! Busy polling ([`DriverWaker::busy_poll`]): an application thread that
 //! finds its CQ empty does the same [`turn`] itself, so a poll loop does
 //! not wait for this thread to be scheduled. While such a poller is
@@ -54,6 +61,33 @@ const MIN_SLEEP: Duration = Duration::from_millis(1);
 /// deadline later than this (a post's retransmission timer) needs no
 /// wake-up.
 pub const TICK: Duration = Duration::from_millis(25);
+/// After a turn that received packets, with no application thread polling
+/// the device, the thread keeps turning (a non-blocking receive, then
+/// `sched_yield`) this long instead of sleeping, and again after every
+/// turn that receives: a passive side's traffic (a WRITE or READ target,
+/// whose application waits elsewhere) then finds it awake, where waking
+/// it costs a context switch per batch. The NAPI way: poll while busy,
+/// sleep on the interrupt when quiet. About one round trip of a loopback
+/// READ, so a request-response stream keeps it awake and a pause of its
+/// own length lets it sleep.
+const SPIN: Duration = Duration::from_micros(50);
+/// The thread spins only when no application thread has polled the
+/// device's CQs for this long: a poller receives for itself, and one that
+/// spins on memory without yielding (`ib_write_lat`) would share its core
+/// with a spinning thread, both running only at the scheduler's ticks
+/// (docs/performance.md, "Adaptive spin").
+const SPIN_POLLER_QUIET: Duration = Duration::from_millis(10);
+/// A `sched_yield` of the spinning thread that took longer than this gave
+/// the core to another thread that wanted it: the cores are busy. The
+/// thread then sleeps between arrivals again for [`SPIN_BACKOFF`]. With
+/// two cores and three busy threads (perftest's `ib_write_bw` client over
+/// the drop-in library, whose driver thread works too), spinning without
+/// this cost a fifth of 64-byte WRITEs. 20 µs also caught the brief
+/// wake-ups of other threads and ended most spins where they paid; 200 µs
+/// let the three threads fight. 60 µs kept both (docs/performance.md).
+const SPIN_CONTENDED: Duration = Duration::from_micros(60);
+/// How long the thread does not spin after a contended yield.
+const SPIN_BACKOFF: Duration = Duration::from_millis(10);
 /// A busy poll this recent counts as a poller at work: the thread does not
 /// wait for the engine lock while one may hold it.
 const POLLER_FRESH: Duration = Duration::from_millis(1);
@@ -420,12 +454,35 @@ fn run<E: Engine>(port: Arc<NetPort>, engine: Arc<Mutex<E>>, mut poll: Poll, sha
         interest: None,
     };
     tracing::debug!("driver started");
+    let mut spin_until: Option<Instant> = None;
+    let mut no_spin_until = Instant::from_nanos(0);
     while !shared.stop.load(Ordering::SeqCst) {
         let deadline = match lock_or_note(&engine, &shared, clock.now()) {
             Some(mut e) => {
-                let d = turn(&port, &mut *e).deadline;
-                let cap = clock.now().saturating_add(TICK);
-                let d = Some(d.map_or(cap, |d| d.min(cap)));
+                let t = turn(&port, &mut *e);
+                let now = clock.now();
+                if t.received > 0
+                    && now >= no_spin_until
+                    && !poller_within(&shared, now, SPIN_POLLER_QUIET)
+                {
+                    spin_until = Some(now.saturating_add(SPIN));
+                }
+                if spin_until.is_some_and(|s| now < s) {
+                    // Awake: a post need not wake the thread.
+                    drop(e);
+                    port.counters().inc(crate::NetCounter::DriverSpinTurns);
+                    shared.sleep_until.store(AWAKE, Ordering::SeqCst);
+                    std::thread::yield_now();
+                    let back = clock.now();
+                    if back.saturating_since(now) > SPIN_CONTENDED {
+                        spin_until = None;
+                        no_spin_until = back.saturating_add(SPIN_BACKOFF);
+                    }
+                    continue;
+                }
+                spin_until = None;
+                let cap = now.saturating_add(TICK);
+                let d = Some(t.deadline.map_or(cap, |d| d.min(cap)));
                 publish(&shared, d);
                 d
             }
@@ -489,8 +546,14 @@ fn publish(shared: &Shared, d: Option<Instant>) {
 
 /// Whether a busy poll came within the last [`POLLER_FRESH`].
 fn poller_fresh(shared: &Shared, now: Instant) -> bool {
+    poller_within(shared, now, POLLER_FRESH)
+}
+
+/// Whether a busy poll (or a poll that found completions) came within the
+/// last `window`.
+fn poller_within(shared: &Shared, now: Instant, window: Duration) -> bool {
     let polled = shared.polled_at.load(Ordering::Relaxed);
-    polled != 0 && now.as_nanos().saturating_sub(polled) < POLLER_FRESH.as_nanos() as u64
+    polled != 0 && now.as_nanos().saturating_sub(polled) < window.as_nanos() as u64
 }
 
 /// The engine lock for the thread's turn. While a busy poller is at work

@@ -555,3 +555,61 @@ fn each_qp_leaves_from_its_own_source_port() {
     assert!(pa.remove_address(ia));
     assert!(pa.source_ports().is_empty());
 }
+
+/// With no application thread polling (a WRITE target's application waits
+/// elsewhere), the driver stays awake a little after each arrival instead
+/// of sleeping until the next one wakes it, then sleeps again; with a
+/// poller at work it never spins (the poller receives for itself).
+#[test]
+fn the_driver_spins_a_little_after_traffic_only_when_nobody_polls() {
+    let port = Arc::new(NetPort::new(Clock::new()));
+    let me = v4(8, 20);
+    port.add_address(me).unwrap();
+    let engine = Arc::new(Mutex::new(Script::default()));
+    let driver = Driver::spawn(port.clone(), engine.clone()).unwrap();
+    let out = UdpSocket::bind(SocketAddr::new(v4(8, 29), 0)).unwrap();
+    let dst = SocketAddr::new(me, 4791);
+    let spins = || port.counters().get(NetCounter::DriverSpinTurns);
+    let received = || engine.lock().unwrap().received.len();
+
+    // Idle: no spin.
+    std::thread::sleep(Duration::from_millis(30));
+    assert_eq!(spins(), 0);
+    // A packet: the turn that took it is followed by turns awake (at least
+    // the one right after it, in the same loop).
+    send_sealed(&out, dst, 1);
+    until("the packet", || (received() == 1).then_some(()));
+    until("a turn awake", || (spins() > 0).then_some(()));
+    // Then it sleeps again: over 100 ms, only its ticks (one every 25 ms,
+    // at most two turns each) and no spinning.
+    std::thread::sleep(Duration::from_millis(20));
+    let (spun, turns) = (spins(), engine.lock().unwrap().turns);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(spins(), spun, "still spinning 20 ms after the last packet");
+    let idle = engine.lock().unwrap().turns - turns;
+    assert!(idle < 20, "{idle} turns in 100 ms of quiet");
+
+    // A poller at work: arrivals leave the driver asleep.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let poller = {
+        let (port, engine, waker, stop) =
+            (port.clone(), engine.clone(), driver.waker(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                waker.busy_poll(&port, &*engine);
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(5));
+    let spun = spins();
+    for tag in 2..12 {
+        send_sealed(&out, dst, tag);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    until("ten more packets", || (received() == 11).then_some(()));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    poller.join().unwrap();
+    assert_eq!(spins(), spun, "spun while a poller was at work");
+    driver.stop();
+}
