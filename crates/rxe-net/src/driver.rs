@@ -565,10 +565,7 @@ fn lock_or_note<'a, E>(
     shared: &Shared,
     now: Instant,
 ) -> Option<MutexGuard<'a, E>> {
-    let polled = shared.polled_at.load(Ordering::Relaxed);
-    let fresh =
-        polled != 0 && now.as_nanos().saturating_sub(polled) < POLLER_FRESH.as_nanos() as u64;
-    if !fresh {
+    if !poller_fresh(shared, now) {
         return Some(engine.lock().unwrap_or_else(PoisonError::into_inner));
     }
     shared.missed.store(true, Ordering::SeqCst);
