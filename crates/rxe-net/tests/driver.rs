@@ -103,6 +103,15 @@ fn until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     }
 }
 
+/// A port on `ip` with a scripted engine and its driver thread.
+fn spawned(ip: IpAddr) -> (Arc<NetPort>, Arc<Mutex<Script>>, Driver) {
+    let port = Arc::new(NetPort::new(Clock::new()));
+    port.add_address(ip).unwrap();
+    let engine = Arc::new(Mutex::new(Script::default()));
+    let driver = Driver::spawn(port.clone(), engine.clone()).unwrap();
+    (port, engine, driver)
+}
+
 #[test]
 fn flush_counts_what_it_cannot_send() {
     let (ia, ib) = (v4(4, 1), v4(4, 2));
@@ -292,10 +301,7 @@ fn driver_fires_timers_on_time_without_spinning() {
 #[test]
 fn driver_follows_addresses_added_and_removed() {
     let (i1, i2) = (v4(6, 1), v4(6, 2));
-    let port = Arc::new(NetPort::new(Clock::new()));
-    port.add_address(i1).unwrap();
-    let engine = Arc::new(Mutex::new(Script::default()));
-    let driver = Driver::spawn(port.clone(), engine.clone()).unwrap();
+    let (port, engine, driver) = spawned(i1);
     let out = UdpSocket::bind(SocketAddr::new(v4(6, 9), 0)).unwrap();
     let send = |to: IpAddr, tag: u8| {
         let dst = SocketAddr::new(to, 4791);
@@ -332,11 +338,8 @@ fn driver_follows_addresses_added_and_removed() {
 /// it, and none is stranded when the poller stops.
 #[test]
 fn busy_polling_and_the_driver_share_the_turns() {
-    let port = Arc::new(NetPort::new(Clock::new()));
     let me = v4(7, 1);
-    port.add_address(me).unwrap();
-    let engine = Arc::new(Mutex::new(Script::default()));
-    let driver = Driver::spawn(port.clone(), engine.clone()).unwrap();
+    let (port, engine, driver) = spawned(me);
     let waker = driver.waker();
     let out = UdpSocket::bind(SocketAddr::new(v4(7, 9), 0)).unwrap();
     let dst = SocketAddr::new(me, 4791);
@@ -390,11 +393,8 @@ fn busy_polling_and_the_driver_share_the_turns() {
 /// docs/performance.md, not in a timed test.)
 #[test]
 fn preferred_busy_polling_leaves_arrivals_to_the_poller_until_it_stops() {
-    let port = Arc::new(NetPort::new(Clock::new()));
     let me = v4(8, 1);
-    port.add_address(me).unwrap();
-    let engine = Arc::new(Mutex::new(Script::default()));
-    let driver = Driver::spawn(port.clone(), engine.clone()).unwrap();
+    let (port, engine, driver) = spawned(me);
     let waker = driver.waker();
     waker.set_prefer_busy_poll(true);
     let out = UdpSocket::bind(SocketAddr::new(v4(8, 9), 0)).unwrap();
@@ -456,11 +456,8 @@ fn preferred_busy_polling_leaves_arrivals_to_the_poller_until_it_stops() {
 /// empty poll.
 #[test]
 fn a_poller_finding_completions_strands_nothing() {
-    let port = Arc::new(NetPort::new(Clock::new()));
     let me = v4(8, 2);
-    port.add_address(me).unwrap();
-    let engine = Arc::new(Mutex::new(Script::default()));
-    let driver = Driver::spawn(port.clone(), engine.clone()).unwrap();
+    let (port, engine, driver) = spawned(me);
     let waker = driver.waker();
     waker.set_prefer_busy_poll(true);
     let out = UdpSocket::bind(SocketAddr::new(v4(8, 10), 0)).unwrap();
@@ -562,11 +559,8 @@ fn each_qp_leaves_from_its_own_source_port() {
 /// poller at work it never spins (the poller receives for itself).
 #[test]
 fn the_driver_spins_a_little_after_traffic_only_when_nobody_polls() {
-    let port = Arc::new(NetPort::new(Clock::new()));
     let me = v4(8, 20);
-    port.add_address(me).unwrap();
-    let engine = Arc::new(Mutex::new(Script::default()));
-    let driver = Driver::spawn(port.clone(), engine.clone()).unwrap();
+    let (port, engine, driver) = spawned(me);
     let out = UdpSocket::bind(SocketAddr::new(v4(8, 29), 0)).unwrap();
     let dst = SocketAddr::new(me, 4791);
     let spins = || port.counters().get(NetCounter::DriverSpinTurns);
