@@ -93,6 +93,7 @@ impl CChannel {
                     .raw_os_error()
                     .unwrap_or(libc::EIO));
             }
+            super::devices::hold_while_leaving();
             let Some(e) = inner.try_get_event() else {
                 continue;
             };
@@ -123,6 +124,7 @@ export! {"RDMACM_1.0" fn rdma_destroy_event_channel(channel: *mut rdma_event_cha
 }}
 
 export! {"RDMACM_1.0" fn rdma_get_cm_event(channel: *mut rdma_event_channel, event: *mut *mut rdma_cm_event) -> c_int, fail = -1, {
+    super::devices::hold_while_leaving();
     let Some(c) = CChannel::from_c(channel) else { return fail(libc::EINVAL) };
     if event.is_null() {
         return fail(libc::EINVAL);

@@ -7,7 +7,7 @@
 //! program had gone ([`leave_at_exit`]).
 
 use std::ffi::c_int;
-use std::sync::{Mutex, Once, TryLockError};
+use std::sync::{Condvar, Mutex, Once, TryLockError};
 use std::time::{Duration, Instant};
 
 use rxe_verbs_abi::{ibv_context, ibv_pd};
@@ -33,10 +33,68 @@ static AT_EXIT: Once = Once::new();
 /// its sockets but not its connections, and must not end them at its exit.
 static EXIT_PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
+/// Where [`leave_at_exit`] stands, for [`hold_while_leaving`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Exiting {
+    No,
+    /// Lingering for the DREPs.
+    Leaving,
+    /// Done: the process ends within microseconds, unless another exit
+    /// handler still runs; threads are held until then at the most.
+    Until(Instant),
+}
+
+static EXITING: (Mutex<Exiting>, Condvar) = (Mutex::new(Exiting::No), Condvar::new());
+
+/// How long after the linger threads are still held: far longer than the
+/// rest of `exit`, short enough that an exit handler of the program that
+/// still waits for CM events (one registered before the library's) is
+/// only delayed.
+const HOLD_AFTER: Duration = Duration::from_secs(1);
+
+/// Once the process lingers in [`leave_at_exit`], a thread of the program
+/// that comes to wait for a CM event, or is woken with one, waits here:
+/// until the process ends under it, as it would have at once without the
+/// linger, or [`HOLD_AFTER`] past the linger. The program's main thread
+/// has returned and may have freed what its other threads still use:
+/// Debian's rping destroys its event channel without joining the thread
+/// that reads it, and that thread, woken by the DREP the linger waited
+/// for, failed its next `rdma_get_cm_event` on the destroyed channel
+/// (EINVAL, exit 255: 2 CI runs of 4 today; 9 of 15 rping clients on a busy
+/// machine lingered).
+pub fn hold_while_leaving() {
+    let (m, c) = &EXITING;
+    let mut g = m.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        match *g {
+            Exiting::No => return,
+            Exiting::Leaving => g = c.wait(g).unwrap_or_else(|e| e.into_inner()),
+            Exiting::Until(t) => {
+                let now = Instant::now();
+                if now >= t {
+                    return;
+                }
+                g = c
+                    .wait_timeout(g, t - now)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+        }
+    }
+}
+
+fn set_exiting(state: Exiting) {
+    let (m, c) = &EXITING;
+    *m.lock().unwrap_or_else(|e| e.into_inner()) = state;
+    c.notify_all();
+}
+
 /// Run by `exit`: the kernel's CM outlives a program, this one goes with
 /// it, so before it goes it disconnects what is still up and waits (at
 /// most [`EXIT_WAIT`] in all) until each DREQ is answered, resending the
-/// lost ones ([`rxe_verbs::cm::leave`]). Nothing may unwind out of here.
+/// lost ones ([`rxe_verbs::cm::leave`]); meanwhile the program's own
+/// threads do not get CM events ([`hold_while_leaving`]). Nothing may
+/// unwind out of here.
 extern "C" fn leave_at_exit() {
     let _ = std::panic::catch_unwind(|| {
         if EXIT_PID.load(std::sync::atomic::Ordering::Relaxed) != std::process::id() {
@@ -53,10 +111,17 @@ extern "C" fn leave_at_exit() {
             g.iter().flatten().map(|d| d.dev.clone()).collect()
         };
         let deadline = Instant::now() + EXIT_WAIT;
+        set_exiting(Exiting::Leaving);
         for dev in devs {
             rxe_verbs::cm::leave(&dev, deadline.saturating_duration_since(Instant::now()));
         }
     });
+    // Also after a panic above: nobody stays held for ever.
+    let (m, _) = &EXITING;
+    let lingered = *m.lock().unwrap_or_else(|e| e.into_inner()) == Exiting::Leaving;
+    if lingered {
+        set_exiting(Exiting::Until(Instant::now() + HOLD_AFTER));
+    }
 }
 
 /// Opens every configured device for the CM (once per process). A device
