@@ -372,7 +372,8 @@ impl CmEndpoint {
     /// unanswered is resent `every` from now on, and every `every` after,
     /// instead of at the peer's CM response time (seconds), within the
     /// retries it has left. A resend that proves needless costs the peer
-    /// one duplicate DREQ, which it answers with its DREP again; a lost
+    /// one duplicate DREQ, which it answers with its DREP again (IBTA 12.9,
+    /// a DREQ in TimeWait; the module's "Duplicates"); a lost
     /// DREQ that is never resent leaves the peer connected for ever.
     pub fn hurry_dreqs(&mut self, now: Instant, every: Duration) {
         let at = now.saturating_add(every);

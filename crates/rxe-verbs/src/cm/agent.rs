@@ -116,6 +116,16 @@ pub(crate) fn agent(dev: &Device) -> Result<Arc<CmAgent>> {
     Ok(a)
 }
 
+/// The device's agent if its CM has started (never starting it).
+pub(crate) fn running(dev: &Device) -> Option<Arc<CmAgent>> {
+    dev.0
+        .cm
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .agent
+        .clone()
+}
+
 /// Starts the CM of `dev` now (QP1 and its agent) rather than at the
 /// first [`super::CmId`] that uses the device: until then the device does
 /// not answer CM MADs (a REQ to it goes unanswered, not rejected).
@@ -142,14 +152,7 @@ const LEAVING_RESEND: Duration = Duration::from_millis(50);
 /// thread's thread-locals (the send path's scratch buffers) are already
 /// gone. The caller only takes locks and sleeps.
 pub fn leave(dev: &Device, within: Duration) -> usize {
-    let agent = dev
-        .0
-        .cm
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .agent
-        .clone();
-    let Some(agent) = agent else { return 0 };
+    let Some(agent) = running(dev) else { return 0 };
     let deadline = std::time::Instant::now() + within;
     {
         let mut st = agent.lock();

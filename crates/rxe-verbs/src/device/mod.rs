@@ -445,14 +445,7 @@ impl Device {
                 .into_iter()
                 .map(|(n, v)| (format!("net_{n}"), v)),
         );
-        let cm = self
-            .0
-            .cm
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .agent
-            .clone();
-        if let Some(agent) = cm {
+        if let Some(agent) = crate::cm::agent::running(self) {
             out.extend(agent.counters());
         }
         out
