@@ -242,6 +242,7 @@ fn two_flows_through_a_marking_bottleneck_converge_to_fair_shares() {
             to: 2,
             rate_mbps: BOTTLENECK_MBPS,
             mark_above: Duration::from_micros(20),
+            drop_above: Duration::MAX,
         }),
         ..Faults::none()
     };

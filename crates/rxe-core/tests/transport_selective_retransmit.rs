@@ -319,6 +319,7 @@ fn over_a_slow_link_selective_retransmission_takes_far_less_time() {
             rate_mbps: 100.0,
             // No congestion marks: only the loss differs.
             mark_above: Duration::from_secs(10),
+            drop_above: Duration::MAX,
         }),
         ..Faults::none()
     };

@@ -32,6 +32,7 @@ use super::io::{RecvMeta, Transmit};
 use super::memory::MemoryAccess;
 use super::multicast::{McastGroups, MULTICAST_QPN};
 use super::path::{self, pkey_of, PathCheck};
+use super::port_window::PortWindow;
 use super::psn::Psn;
 use super::qp::{
     modify, AsyncEvent, AttrMask, QpAttr, QpCaps, QpCommon, QpConfig, QpInit, QpState, QpType,
@@ -88,6 +89,10 @@ struct Qp {
     /// if the QP holds them (`Endpoint::set_selective_retransmit`).
     held: ReorderBuffer,
     holds_ahead: bool,
+    /// Its PSNs counted in the port's window (`port_window`).
+    window_share: u32,
+    /// Waiting in the port window's queue.
+    parked: bool,
 }
 
 mod reorder_calls;
@@ -105,6 +110,8 @@ impl Qp {
             pace_wait: None,
             held: ReorderBuffer::default(),
             holds_ahead: selective_retransmit,
+            window_share: 0,
+            parked: false,
         }
     }
 }
@@ -146,6 +153,8 @@ pub struct Endpoint {
     selective_retransmit: bool,
     /// Bytes all QPs' reorder buffers hold (at most `reorder_calls::MAX_HELD_BYTES`).
     held_bytes: usize,
+    /// RC PSNs in flight over all QPs, their limit, the QPs waiting.
+    port_window: PortWindow,
 }
 
 impl Endpoint {
@@ -172,7 +181,33 @@ impl Endpoint {
             adaptive_retransmit: true,
             selective_retransmit: true,
             held_bytes: 0,
+            port_window: PortWindow::default(),
         }
+    }
+
+    /// The most RC PSNs all QPs together may have sent and unacknowledged
+    /// (`port_window`; it holds only for a while after a loss unless
+    /// [`Endpoint::set_port_window_always`]); `None` (the default) for no
+    /// limit. A driver whose peers' receive buffers are finite sets it from
+    /// them.
+    pub fn set_port_window(&mut self, psns: Option<u32>) {
+        self.port_window.set_limit(psns);
+    }
+
+    /// Whether the port window holds always, not only after loss (off by
+    /// default: see `port_window`).
+    pub fn set_port_window_always(&mut self, always: bool) {
+        self.port_window.set_always(always);
+    }
+
+    /// The limit set by [`Endpoint::set_port_window`].
+    pub fn port_window(&self) -> Option<u32> {
+        self.port_window.limit()
+    }
+
+    /// RC PSNs in flight over all QPs: sent and not yet acknowledged.
+    pub fn port_unacked(&self) -> u32 {
+        self.port_window.unacked()
     }
 
     /// Whether RC QPs created from now on (and QPs returned to RESET)
@@ -320,6 +355,10 @@ impl Endpoint {
         }
         let mut qp = self.qps.remove(&qpn).ok_or(EndpointError::NoSuchQp(qpn))?;
         self.release_held(&mut qp.held);
+        self.port_window.account(&mut qp.window_share, 0);
+        if qp.parked {
+            self.port_window.forget(qpn);
+        }
         if let Some(srq) = qp.common.init.srq.and_then(|n| self.srqs.get_mut(&n)) {
             if let Some(wr) = qp.resp.take_in_progress_recv() {
                 srq.push_front(wr);
@@ -738,6 +777,18 @@ impl Endpoint {
         mem: &mut dyn MemoryAccess,
         buf: &mut [u8],
     ) -> Option<Transmit> {
+        let losses =
+            self.counters.get(Counter::RcvdSeqErr) + self.counters.get(Counter::CompleterRetryErr);
+        self.port_window.note_losses(losses, now);
+        for qpn in self.port_window.unpark(now) {
+            if let Some(qp) = self.qps.get_mut(&qpn) {
+                qp.parked = false;
+                if !qp.queued {
+                    qp.queued = true;
+                    self.ready.push_back(qpn);
+                }
+            }
+        }
         while let Some(qpn) = self.ready.pop_front() {
             let Some(qp) = self.qps.get_mut(&qpn) else {
                 continue;
@@ -759,6 +810,18 @@ impl Endpoint {
             if t.is_none() {
                 match qp.rp.as_mut().and_then(|rp| rp.send_at(now)) {
                     Some(wait) => qp.pace_wait = Some(wait),
+                    // The port's window is full: new packets wait for
+                    // ACKs to free it (`port_window`).
+                    None if self.port_window.full(now)
+                        && qp.common.qp_type() == QpType::Rc
+                        && qp.req.has_new_packet() =>
+                    {
+                        if !qp.parked {
+                            qp.parked = true;
+                            self.port_window.park(qpn);
+                            self.counters.inc(Counter::PortWindowWaits);
+                        }
+                    }
                     None => {
                         t = qp
                             .req
@@ -858,6 +921,8 @@ impl Endpoint {
         while let Some(ev) = qp.common.pop_event() {
             self.events.push_back(ev);
         }
+        let share = qp.req.port_window_share(&qp.common);
+        self.port_window.account(&mut qp.window_share, share);
         if let Some(rp) = &qp.rp {
             let made = rp.reductions();
             self.counters.add(

@@ -43,15 +43,19 @@ pub struct Faults {
     pub bottleneck: Option<Bottleneck>,
 }
 
-/// A switch egress port towards node `to`: packets leave it one after
-/// another at `rate_mbps` (a FIFO without a size limit: nothing is lost),
-/// and a packet that waits longer than `mark_above` in it leaves marked
-/// CE, as a RED/ECN queue marks above its threshold.
+/// A switch egress port towards node `to` (or a host's receive queue in
+/// front of a slower reader): packets leave it one after another at
+/// `rate_mbps`, a packet that waits longer than `mark_above` in it leaves
+/// marked CE, as a RED/ECN queue marks above its threshold, and one that
+/// would wait longer than `drop_above` is dropped (tail drop: the queue
+/// holds `rate_mbps * drop_above`; a socket's receive buffer drops so).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Bottleneck {
     pub to: usize,
     pub rate_mbps: f64,
     pub mark_above: Duration,
+    /// `Duration::MAX`: a FIFO without a size limit, nothing is lost.
+    pub drop_above: Duration,
 }
 
 impl Faults {
@@ -184,6 +188,8 @@ pub struct NetStats {
     pub ce_marked: u64,
     /// The longest wait in the bottleneck's queue.
     pub max_queue_delay: Duration,
+    /// Dropped by the bottleneck's full queue.
+    pub lost_queue: u64,
     pub bad_icrc: u64,
     pub malformed: u64,
     pub no_route: u64,
@@ -381,6 +387,10 @@ impl Net {
             // too long. Its delay after the port is the usual one.
             let start = self.busy_until.max(now);
             let wait = start.saturating_since(now);
+            if wait > b.drop_above {
+                self.stats.lost_queue += 1;
+                return None;
+            }
             let ns = (bytes.len() as f64 * 8_000.0 / b.rate_mbps).ceil() as u64;
             let leave = start.saturating_add(Duration::from_nanos(ns));
             self.busy_until = leave;

@@ -62,6 +62,12 @@ pub const DEFAULT_SOURCE_PORTS: u16 = 8;
 /// Batches read from one socket per `receive` call, at most, so that
 /// sending and timers get their turn under load.
 pub const MAX_RECV_BATCHES: usize = 8;
+/// What a received datagram costs its socket's buffer beyond its payload
+/// (`skb` truesize: the struct, shared info, headers, rounding), about.
+const TRUESIZE_OVERHEAD: usize = 1024;
+/// The smallest port window, however small the buffer: one message of a
+/// few packets must be able to go.
+const MIN_PORT_WINDOW: usize = 16;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -369,6 +375,21 @@ impl NetPort {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// The port window (`rxe_core::transport::Endpoint::set_port_window`)
+    /// that fits a receive buffer like this port's smallest, for packets
+    /// of `mtu` payload bytes: the RC PSNs that the device's QPs together
+    /// may have in flight. A peer on this host (loopback: the case where a
+    /// send never waits) has the same buffer; the kernel charges each
+    /// datagram's full buffer size (`truesize`: the payload, the headers,
+    /// and about 1 KiB of bookkeeping) against the buffer as it reports it,
+    /// and half of it is left for the peer's other senders and ACKs. `None`
+    /// without a socket.
+    pub fn port_window(&self, mtu: u32) -> Option<u32> {
+        let buffer = self.sockets().iter().map(|s| s.recv_buffer_size()).min()?;
+        let per_packet = mtu as usize + TRUESIZE_OVERHEAD;
+        Some(((buffer / 2) / per_packet).clamp(MIN_PORT_WINDOW, u32::MAX as usize) as u32)
     }
 
     /// The send-only sockets on UDP source ports (the driver waits for

@@ -175,6 +175,10 @@ impl Device {
         ep.set_congestion(config.congestion);
         ep.set_adaptive_retransmit(config.adaptive_retransmit);
         ep.set_selective_retransmit(config.selective_retransmit);
+        // Many QPs together must not overflow a peer's socket buffer
+        // (`transport::port_window`).
+        let port_window = net.port_window(active_mtu.bytes());
+        ep.set_port_window(port_window);
         let mut engine = DeviceEngine::new(ep, events.sender());
         engine.cork = config.cork;
         let engine = Arc::new(Mutex::new(engine));
@@ -211,7 +215,7 @@ impl Device {
                 dev.refresh_addresses();
             })?;
         *shared.monitor.lock().unwrap() = Some(monitor);
-        tracing::info!(device = %name, addrs = ?bind, mtu = %active_mtu, "device added");
+        tracing::info!(device = %name, addrs = ?bind, mtu = %active_mtu, ?port_window, "device added");
         if std::env::var_os("RXE_PREFER_BUSY_POLL").is_some_and(|v| v == "1") {
             shared.set_prefer_busy_poll(true);
         }

@@ -364,6 +364,24 @@ impl Requester {
         self.una != self.high
     }
 
+    /// The PSNs this QP holds in the port's window (`port_window`): sent
+    /// and unacknowledged, for an RC QP that can still be answered (RTS,
+    /// SQD, SQE); none otherwise.
+    pub(crate) fn port_window_share(&self, common: &QpCommon) -> u32 {
+        let live = matches!(common.state(), QpState::Rts | QpState::Sqd | QpState::Sqe);
+        if live && common.qp_type() == QpType::Rc {
+            self.una.distance_to(self.high)
+        } else {
+            0
+        }
+    }
+
+    /// Whether a request waits whose next packet would be a new one (not
+    /// a retransmission, whose PSN is behind the newest sent).
+    pub(crate) fn has_new_packet(&self) -> bool {
+        self.psn == self.high && self.next < self.sq.len()
+    }
+
     /// The next deadline: the transport timer, an early retransmission
     /// or the end of an RNR wait.
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
