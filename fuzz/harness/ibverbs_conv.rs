@@ -200,7 +200,8 @@ fn send_wr(b: &mut Bytes<'_>, out: &mut Outcome) {
                     assert!(inline, "inline data without IBV_SEND_INLINE");
                     assert_eq!(v, &inline_bytes[..]);
                 }
-                SendData::Sges(v) => {
+                gathered => {
+                    let v = gathered.sge_list();
                     assert!(!inline, "IBV_SEND_INLINE ignored");
                     assert_eq!(v.len(), sges.len());
                     for (a, c) in v.iter().zip(&sges) {

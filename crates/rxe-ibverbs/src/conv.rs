@@ -156,16 +156,15 @@ pub fn send_wr_from_c(
     let data = if w.send_flags & IBV_SEND_INLINE != 0 && !op.writes_locally() {
         SendData::Inline(inline(w.sges))
     } else {
-        SendData::Sges(
-            w.sges
-                .iter()
-                .map(|s| Sge {
-                    addr: s.addr,
-                    length: s.length,
-                    lkey: s.lkey,
-                })
-                .collect(),
-        )
+        let sge = |s: &ibv_sge| Sge {
+            addr: s.addr,
+            length: s.length,
+            lkey: s.lkey,
+        };
+        match w.sges {
+            [one] => SendData::Sge(sge(one)),
+            list => SendData::Sges(list.iter().map(sge).collect()),
+        }
     };
     let ud = if ud {
         let av = ah(w.wr[0]).ok_or(WrError::BadAh)?;
@@ -482,7 +481,7 @@ mod tests {
             no_ah,
         )
         .unwrap();
-        assert!(matches!(r.data, SendData::Sges(_)));
+        assert!(matches!(r.data, SendData::Sge(_)));
         // BIND_MW needs its window and region resolved; LOCAL_INV takes
         // invalidate_rkey from imm_data's place; neither carries data.
         assert_eq!(

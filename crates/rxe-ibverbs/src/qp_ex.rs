@@ -150,7 +150,7 @@ callback! {fn wr_atomic_fetch_add(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u6
 
 callback! {fn wr_set_sge(qp: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) -> (), fail = (), {
     last(qp, |w| {
-        w.data = SendData::Sges(vec![Sge { addr, length, lkey }]);
+        w.data = SendData::Sge(Sge { addr, length, lkey });
         Ok(())
     })
 }}
@@ -166,7 +166,11 @@ callback! {fn wr_set_sge_list(qp: *mut ibv_qp_ex, num_sge: usize, sg_list: *cons
             // SAFETY: the caller's array of num_sge entries.
             unsafe { std::slice::from_raw_parts(sg_list, num_sge) }
         };
-        w.data = SendData::Sges(list.iter().map(|s| Sge { addr: s.addr, length: s.length, lkey: s.lkey }).collect());
+        let sge = |s: &ibv_sge| Sge { addr: s.addr, length: s.length, lkey: s.lkey };
+        w.data = match list {
+            [one] => SendData::Sge(sge(one)),
+            list => SendData::Sges(list.iter().map(sge).collect()),
+        };
         Ok(())
     })
 }}

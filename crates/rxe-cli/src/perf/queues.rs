@@ -18,7 +18,7 @@ pub(super) fn rc_wr(wr_id: u64, op: SendOp, sge: Sge, signaled: bool) -> SendWr 
     SendWr {
         wr_id,
         op,
-        data: SendData::Sges(vec![sge]),
+        data: SendData::Sge(sge),
         signaled,
         fence: false,
         solicited: false,

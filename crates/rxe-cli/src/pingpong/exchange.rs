@@ -73,7 +73,7 @@ impl Pingpong {
             .post_send(SendWr {
                 wr_id: (i as u64) << 2 | SEND_WRID,
                 op: SendOp::Send,
-                data: SendData::Sges(vec![self.mr.sge(off, self.cfg.size as u32)]),
+                data: SendData::Sge(self.mr.sge(off, self.cfg.size as u32)),
                 signaled: true,
                 fence: false,
                 solicited: false,

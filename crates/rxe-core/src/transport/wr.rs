@@ -150,14 +150,31 @@ impl SendOp {
     }
 }
 
-/// Where the data of a send comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Where the data of a send comes from. `Sge(s)` equals `Sges(vec![s])`:
+/// equality is of the data's sources, not of how they are held.
+#[derive(Debug, Clone)]
 pub enum SendData {
     /// Gathered from registered memory when the packets are built.
     Sges(Vec<Sge>),
+    /// The same from one SGE, as most requests have: no list to allocate
+    /// for each request (malloc and free were 4 % of a 64-byte WRITE
+    /// stream's sender).
+    Sge(Sge),
     /// Copied at post time (`IBV_SEND_INLINE`): no lkey is involved.
     Inline(Vec<u8>),
 }
+
+impl PartialEq for SendData {
+    fn eq(&self, other: &SendData) -> bool {
+        match (self, other) {
+            (SendData::Inline(a), SendData::Inline(b)) => a == b,
+            (SendData::Inline(_), _) | (_, SendData::Inline(_)) => false,
+            (a, b) => a.sge_list() == b.sge_list(),
+        }
+    }
+}
+
+impl Eq for SendData {}
 
 impl SendData {
     /// Total bytes, saturating (a list whose lengths overflow is refused at
@@ -167,7 +184,17 @@ impl SendData {
             SendData::Sges(s) => s
                 .iter()
                 .fold(0u64, |a, s| a.saturating_add(u64::from(s.length))),
+            SendData::Sge(s) => u64::from(s.length),
             SendData::Inline(b) => b.len() as u64,
+        }
+    }
+
+    /// The SGEs the data is gathered from (none for inline data).
+    pub fn sge_list(&self) -> &[Sge] {
+        match self {
+            SendData::Sges(s) => s,
+            SendData::Sge(s) => std::slice::from_ref(s),
+            SendData::Inline(_) => &[],
         }
     }
 
@@ -316,5 +343,26 @@ impl WorkCompletion {
             queue,
             solicited: false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_sge_equals_a_list_of_it_and_inline_data_equals_only_inline_data() {
+        let s = Sge {
+            addr: 0x1000,
+            length: 8,
+            lkey: 3,
+        };
+        assert_eq!(SendData::Sge(s), SendData::Sges(vec![s]));
+        assert_ne!(SendData::Sge(s), SendData::Sges(vec![s, s]));
+        assert_ne!(SendData::Sges(vec![]), SendData::Inline(vec![]));
+        assert_eq!(SendData::Inline(vec![1]), SendData::Inline(vec![1]));
+        assert_eq!(SendData::Sge(s).len(), 8);
+        assert_eq!(SendData::Sge(s).sge_list(), &[s]);
+        assert!(SendData::Inline(vec![1]).sge_list().is_empty());
     }
 }

@@ -253,8 +253,8 @@ impl Requester {
             return self.fail_front(common, WcStatus::BadRespErr);
         }
         let written = match &w.wr.data {
-            SendData::Sges(sges) => scatter(sges, offset, pkt.payload, mem, common.init.pd),
             SendData::Inline(_) => Err(MemError::Overflow),
+            d => scatter(d.sge_list(), offset, pkt.payload, mem, common.init.pd),
         };
         if written.is_err() {
             return self.fail_front(common, WcStatus::LocProtErr);
@@ -290,8 +290,8 @@ impl Requester {
         }
         // Host byte order: what a C program reading the uint64_t sees.
         let written = match &w.wr.data {
-            SendData::Sges(sges) => scatter(sges, 0, &orig.to_ne_bytes(), mem, common.init.pd),
             SendData::Inline(_) => Err(MemError::Overflow),
+            d => scatter(d.sge_list(), 0, &orig.to_ne_bytes(), mem, common.init.pd),
         };
         if written.is_err() {
             return self.fail_front(common, WcStatus::LocProtErr);

@@ -670,9 +670,11 @@ pub(super) fn validate(common: &QpCommon, wr: &SendWr) -> Result<u32, PostError>
         return Err(PostError::MissingUdDest);
     }
     match &wr.data {
-        SendData::Sges(s) if s.len() > common.init.max_send_sge as usize => {
+        d @ (SendData::Sges(_) | SendData::Sge(_))
+            if d.sge_list().len() > common.init.max_send_sge as usize =>
+        {
             return Err(PostError::TooManySges {
-                given: s.len(),
+                given: d.sge_list().len(),
                 max: common.init.max_send_sge,
             })
         }
@@ -712,8 +714,7 @@ pub(super) fn validate(common: &QpCommon, wr: &SendWr) -> Result<u32, PostError>
         _ => {}
     }
     if let SendOp::CmpSwap { remote_addr, .. } | SendOp::FetchAdd { remote_addr, .. } = op {
-        let one_8_byte_sge =
-            matches!(&wr.data, SendData::Sges(s) if s.len() == 1 && s[0].length == 8);
+        let one_8_byte_sge = matches!(wr.data.sge_list(), [s] if s.length == 8);
         if !one_8_byte_sge || remote_addr % 8 != 0 {
             return Err(PostError::BadAtomic);
         }

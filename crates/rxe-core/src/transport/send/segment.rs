@@ -397,17 +397,19 @@ pub(super) fn gather(
             dst.copy_from_slice(src);
             Ok(())
         }
-        SendData::Sges(sges) => walk_sges(sges, offset, dst.len(), |sge, at, range| {
-            let region = mem.check(
-                Key::new(sge.lkey),
-                pd,
-                false,
-                AccessFlags::empty(),
-                at,
-                range.len(),
-            )?;
-            mem.read(&region, 0, &mut dst[range])
-        }),
+        SendData::Sges(_) | SendData::Sge(_) => {
+            walk_sges(data.sge_list(), offset, dst.len(), |sge, at, range| {
+                let region = mem.check(
+                    Key::new(sge.lkey),
+                    pd,
+                    false,
+                    AccessFlags::empty(),
+                    at,
+                    range.len(),
+                )?;
+                mem.read(&region, 0, &mut dst[range])
+            })
+        }
     }
 }
 
@@ -481,17 +483,15 @@ pub(super) fn check_sges(
     pd: u32,
     needed: AccessFlags,
 ) -> Result<(), MemError> {
-    if let SendData::Sges(sges) = data {
-        for sge in sges.iter().filter(|s| s.length > 0) {
-            mem.check(
-                Key::new(sge.lkey),
-                pd,
-                false,
-                needed,
-                sge.addr,
-                sge.length as usize,
-            )?;
-        }
+    for sge in data.sge_list().iter().filter(|s| s.length > 0) {
+        mem.check(
+            Key::new(sge.lkey),
+            pd,
+            false,
+            needed,
+            sge.addr,
+            sge.length as usize,
+        )?;
     }
     Ok(())
 }

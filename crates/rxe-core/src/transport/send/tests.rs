@@ -459,6 +459,75 @@ mod requester {
         assert_eq!(psn_of(&pkts[2]), 102);
     }
 
+    /// `SendData::Sge` is the one-entry list: the same packets for a
+    /// WRITE, the same placement of a READ's response and of an atomic's
+    /// original value, the same checks.
+    #[test]
+    fn one_sge_is_a_list_of_one() {
+        let write = SendOp::RdmaWrite {
+            remote_addr: 0xa000,
+            rkey: 0x55,
+        };
+        let packets = |one: bool| {
+            let mut r = Rig::rc();
+            let mut wr = r.wr(1, write, vec![r.src_sge(100, 3000)]);
+            if one {
+                wr.data = SendData::Sge(r.src_sge(100, 3000));
+            }
+            r.post(wr).unwrap();
+            r.drain()
+        };
+        assert_eq!(packets(true), packets(false));
+
+        let mut r = Rig::rc();
+        let read = SendOp::RdmaRead {
+            remote_addr: 0xb000,
+            rkey: 0x56,
+        };
+        let mut wr = r.wr(1, read, vec![]);
+        wr.data = SendData::Sge(r.dst_sge(16, 5));
+        r.post(wr).unwrap();
+        let fa = SendOp::FetchAdd {
+            remote_addr: 0x18,
+            rkey: 9,
+            add: 3,
+        };
+        let mut wr = r.wr(2, fa, vec![]);
+        wr.data = SendData::Sge(r.dst_sge(32, 8));
+        r.post(wr).unwrap();
+        assert_eq!(r.drain().len(), 2);
+        r.rx(&read_resp(
+            Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+            100,
+            b"hello",
+        ));
+        r.rx(&atomic_ack(101, 0x0102_0304_0506_0708));
+        assert_eq!(
+            r.take_wcs(),
+            vec![(1, WcStatus::Success), (2, WcStatus::Success)]
+        );
+        assert_eq!(r.dst_bytes(16, 5), b"hello");
+        assert_eq!(r.dst_bytes(32, 8), 0x0102_0304_0506_0708u64.to_ne_bytes());
+
+        // An atomic's one SGE is 8 bytes; a QP without SGEs takes none.
+        let mut wr = r.wr(3, fa, vec![]);
+        wr.data = SendData::Sge(r.dst_sge(32, 4));
+        assert_eq!(r.post(wr), Err(PostError::BadAtomic));
+        let mut none = Rig::with_init(
+            QpInit {
+                max_send_sge: 0,
+                ..QpInit::new(QpType::Rc, 1)
+            },
+            Rts::default(),
+        );
+        let mut wr = none.wr(4, SendOp::Send, vec![]);
+        wr.data = SendData::Sge(none.src_sge(0, 1));
+        assert_eq!(
+            none.post(wr),
+            Err(PostError::TooManySges { given: 1, max: 0 })
+        );
+    }
+
     #[test]
     fn read_and_atomic_requests() {
         for len in SIZES {
