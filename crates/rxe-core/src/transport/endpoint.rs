@@ -779,7 +779,8 @@ impl Endpoint {
     ) -> Option<Transmit> {
         let losses =
             self.counters.get(Counter::RcvdSeqErr) + self.counters.get(Counter::CompleterRetryErr);
-        self.port_window.note_losses(losses, now);
+        let sent = self.counters.get(Counter::SentPkts);
+        self.port_window.note_losses(losses, sent, now);
         for qpn in self.port_window.unpark(now) {
             if let Some(qp) = self.qps.get_mut(&qpn) {
                 qp.parked = false;
