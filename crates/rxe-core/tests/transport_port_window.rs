@@ -235,17 +235,24 @@ fn held_always_the_port_window_loses_nothing_at_all() {
     assert_eq!(counter(&sim, 1, Counter::DuplicateRequest), 0);
 }
 
+/// A lossless simulator whose node 0 holds a port window of 16 PSNs
+/// always, and two RC QPs from node 0 to node 1.
+fn two_qps_behind_a_small_window(seed: u64) -> (Sim, u32, u32) {
+    let mut sim = Sim::new(seed, 2, Faults::none());
+    sim.nodes[0].ep.set_port_window(Some(16));
+    sim.nodes[0].ep.set_port_window_always(true);
+    let o = ConnOpts::new(QpType::Rc);
+    let (a, _) = connect(&mut sim, 0, 1, &o);
+    let (b, _) = connect(&mut sim, 0, 1, &o);
+    (sim, a, b)
+}
+
 /// A READ whose response is four times the whole window still goes (the
 /// window only holds new packets while it is full), and a WRITE on
 /// another QP waits for it, then completes.
 #[test]
 fn a_read_larger_than_the_window_goes_and_others_wait_for_it() {
-    let mut sim = Sim::new(3, 2, Faults::none());
-    sim.nodes[0].ep.set_port_window(Some(16));
-    sim.nodes[0].ep.set_port_window_always(true);
-    let o = ConnOpts::new(QpType::Rc);
-    let (reader, _) = connect(&mut sim, 0, 1, &o);
-    let (writer, _) = connect(&mut sim, 0, 1, &o);
+    let (mut sim, reader, writer) = two_qps_behind_a_small_window(3);
     let len = 64 * 1024u32;
     let remote = sim.rng.bytes(len as usize);
     let far = sim.nodes[1].reg(PD, 0x5000_0000, remote, AccessFlags::REMOTE_READ);
@@ -305,12 +312,7 @@ fn a_read_larger_than_the_window_goes_and_others_wait_for_it() {
 /// the QPs waiting behind it send.
 #[test]
 fn a_failed_qp_gives_its_share_back() {
-    let mut sim = Sim::new(4, 2, Faults::none());
-    sim.nodes[0].ep.set_port_window(Some(16));
-    sim.nodes[0].ep.set_port_window_always(true);
-    let o = ConnOpts::new(QpType::Rc);
-    let (doomed, _) = connect(&mut sim, 0, 1, &o);
-    let (waiting, _) = connect(&mut sim, 0, 1, &o);
+    let (mut sim, doomed, waiting) = two_qps_behind_a_small_window(4);
     let src = sim.nodes[0].reg(PD, 0x7000_0000, vec![7; 32 * 1024], AccessFlags::empty());
     let tgt = sim.nodes[1].reg(
         PD,
