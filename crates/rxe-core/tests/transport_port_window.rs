@@ -363,3 +363,73 @@ fn a_failed_qp_gives_its_share_back() {
     let w = &sim.nodes[0].wcs_of(waiting, WorkQueue::Send)[0];
     assert_eq!(w.status, WcStatus::Success);
 }
+
+/// Each destination has its own window: a peer that acknowledges nothing
+/// (hostile, or dead) fills only its own, and a QP to another peer sends
+/// and completes at once while that peer's other QP waits.
+#[test]
+fn a_peer_that_never_acknowledges_holds_only_its_own_window() {
+    let mut sim = Sim::new(6, 3, Faults::none());
+    sim.nodes[0].ep.set_port_window(Some(16));
+    sim.nodes[0].ep.set_port_window_always(true);
+    let o = ConnOpts::new(QpType::Rc);
+    let (silent_a, _) = connect(&mut sim, 0, 1, &o);
+    let (silent_b, _) = connect(&mut sim, 0, 1, &o);
+    let (other, _) = connect(&mut sim, 0, 2, &o);
+    let src = sim.nodes[0].reg(PD, 0x7000_0000, vec![5; 16 * 1024], AccessFlags::empty());
+    let tgt1 = sim.nodes[1].reg(
+        PD,
+        0x8000_0000,
+        vec![0; 16 * 1024],
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+    );
+    let tgt2 = sim.nodes[2].reg(
+        PD,
+        0x8000_0000,
+        vec![0; 4096],
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+    );
+    let write = |id, len, rkey: Key| {
+        send_wr(
+            id,
+            SendOp::RdmaWrite {
+                remote_addr: 0x8000_0000,
+                rkey: rkey.raw(),
+            },
+            SendData::Sges(vec![sge(0x7000_0000, len, src)]),
+        )
+    };
+    // Node 1 answers nothing: what node 0 sends it is lost.
+    sim.set_filter(|_, p| {
+        if p.from == 0 && p.to == 1 {
+            Verdict::Drop
+        } else {
+            Verdict::Pass
+        }
+    });
+    sim.nodes[0]
+        .ep
+        .post_send(silent_a, write(1, 16 * 1024, tgt1))
+        .expect("post");
+    sim.settle_now();
+    sim.nodes[0]
+        .ep
+        .post_send(silent_b, write(2, 1024, tgt1))
+        .expect("post");
+    sim.nodes[0]
+        .ep
+        .post_send(other, write(3, 4096, tgt2))
+        .expect("post");
+    sim.run_until("the WRITE to the other peer completes", |s| {
+        s.nodes[0].count_wcs(other, WorkQueue::Send) == 1
+    });
+    let w = &sim.nodes[0].wcs_of(other, WorkQueue::Send)[0];
+    assert_eq!(w.status, WcStatus::Success);
+    assert_eq!(sim.nodes[2].bytes(tgt2), &[5; 4096][..]);
+    assert_eq!(
+        counter(&sim, 0, Counter::PortWindowWaits),
+        1,
+        "only the silent peer's second QP waits"
+    );
+    assert_eq!(sim.nodes[0].count_wcs(silent_b, WorkQueue::Send), 0);
+}

@@ -32,7 +32,7 @@ use super::io::{RecvMeta, Transmit};
 use super::memory::MemoryAccess;
 use super::multicast::{McastGroups, MULTICAST_QPN};
 use super::path::{self, pkey_of, PathCheck};
-use super::port_window::PortWindow;
+use super::port_window::{PortWindow, Share};
 use super::psn::Psn;
 use super::qp::{
     modify, AsyncEvent, AttrMask, QpAttr, QpCaps, QpCommon, QpConfig, QpInit, QpState, QpType,
@@ -89,8 +89,8 @@ struct Qp {
     /// if the QP holds them (`Endpoint::set_selective_retransmit`).
     held: ReorderBuffer,
     holds_ahead: bool,
-    /// Its PSNs counted in the port's window (`port_window`).
-    window_share: u32,
+    /// Its PSNs counted in the port's window (`port_window`), and where.
+    window_share: Share,
     /// Waiting in the port window's queue.
     parked: bool,
 }
@@ -110,7 +110,7 @@ impl Qp {
             pace_wait: None,
             held: ReorderBuffer::default(),
             holds_ahead: selective_retransmit,
-            window_share: 0,
+            window_share: None,
             parked: false,
         }
     }
@@ -355,7 +355,7 @@ impl Endpoint {
         }
         let mut qp = self.qps.remove(&qpn).ok_or(EndpointError::NoSuchQp(qpn))?;
         self.release_held(&mut qp.held);
-        self.port_window.account(&mut qp.window_share, 0);
+        self.port_window.account(&mut qp.window_share, None);
         if qp.parked {
             self.port_window.forget(qpn);
         }
@@ -781,15 +781,16 @@ impl Endpoint {
             self.counters.get(Counter::RcvdSeqErr) + self.counters.get(Counter::CompleterRetryErr);
         let sent = self.counters.get(Counter::SentPkts);
         self.port_window.note_losses(losses, sent, now);
-        for qpn in self.port_window.unpark(now) {
-            if let Some(qp) = self.qps.get_mut(&qpn) {
+        let (qps, ready) = (&mut self.qps, &mut self.ready);
+        self.port_window.unpark(now, |qpn| {
+            if let Some(qp) = qps.get_mut(&qpn) {
                 qp.parked = false;
                 if !qp.queued {
                     qp.queued = true;
-                    self.ready.push_back(qpn);
+                    ready.push_back(qpn);
                 }
             }
-        }
+        });
         while let Some(qpn) = self.ready.pop_front() {
             let Some(qp) = self.qps.get_mut(&qpn) else {
                 continue;
@@ -813,13 +814,13 @@ impl Endpoint {
                     Some(wait) => qp.pace_wait = Some(wait),
                     // The port's window is full: new packets wait for
                     // ACKs to free it (`port_window`).
-                    None if self.port_window.full(now)
-                        && qp.common.qp_type() == QpType::Rc
-                        && qp.req.has_new_packet() =>
+                    None if qp.common.qp_type() == QpType::Rc
+                        && qp.req.has_new_packet()
+                        && self.port_window.full(rc_dest(&qp.common), now) =>
                     {
                         if !qp.parked {
                             qp.parked = true;
-                            self.port_window.park(qpn);
+                            self.port_window.park(rc_dest(&qp.common), qpn);
                             self.counters.inc(Counter::PortWindowWaits);
                         }
                     }
@@ -923,6 +924,7 @@ impl Endpoint {
             self.events.push_back(ev);
         }
         let share = qp.req.port_window_share(&qp.common);
+        let share = (share > 0).then(|| (rc_dest(&qp.common), share));
         self.port_window.account(&mut qp.window_share, share);
         if let Some(rp) = &qp.rp {
             let made = rp.reductions();
@@ -963,6 +965,11 @@ impl Endpoint {
             self.timers.remove(&(old, qpn));
         }
     }
+}
+
+/// The destination GID of a connected QP's path (the port window's key).
+fn rc_dest(common: &QpCommon) -> Gid {
+    common.config.attrs().av.unwrap_or_default().dgid
 }
 
 #[cfg(test)]

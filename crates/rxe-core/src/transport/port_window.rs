@@ -34,13 +34,20 @@
 //!   READ counts all its response packets, which fill this side's buffer.
 //!   A QP in any other state counts nothing, so a QP that fails or is
 //!   reset gives its share back at once.
+//! - There is one window per destination GID, each with the whole limit:
+//!   the buffer it stands for is the peer's. So a peer that never
+//!   acknowledges (a hostile one, or one that died) holds only its own
+//!   window, and the QPs to every other peer go on; in one window for the
+//!   port, its QPs' unacknowledged PSNs would stop them all until their
+//!   retries ran out.
 //! - While the count is at the limit, a QP whose next packet is new is
 //!   parked instead of sending; a retransmission (the send position behind
 //!   `high`) always goes, since it fills a gap and adds nothing in flight.
 //!   Responses, ACKs and CNPs never wait: they answer the peer's window.
 //! - Parked QPs go back to the ready queue in the order they were parked,
-//!   one for every [`UNPARK_CREDIT`] PSNs the window has free, so that an
-//!   ACK that frees a few PSNs does not requeue every parked QP.
+//!   one for every [`UNPARK_CREDIT`] PSNs their destination's window has
+//!   free, so that an ACK that frees a few PSNs does not requeue every
+//!   parked QP.
 //! - Under the limit any QP may send, however much it then puts in flight
 //!   (one READ may ask for more than the whole window): nothing waits for
 //!   a share it can never have.
@@ -48,10 +55,11 @@
 //! The device sizes the limit from the socket buffer the kernel granted
 //! (`Endpoint::set_port_window`); without one there is no limit.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use super::time::Instant;
+use crate::wire::Gid;
 
 /// How long after the last loss the window holds (as the adaptive
 /// retransmission timer's memory of loss, `send::adaptive_timer`).
@@ -65,19 +73,35 @@ pub(super) const JUDGED_OVER: u64 = 1024;
 /// a QP (`endpoint::TX_QUANTUM`).
 pub(super) const UNPARK_CREDIT: u32 = 16;
 
-/// The PSNs in flight on the port, their limit and the QPs waiting for it.
+/// A QP's share of the window: the destination it is counted against and
+/// its PSNs in flight there.
+pub(super) type Share = Option<(Gid, u32)>;
+
+/// The PSNs in flight towards each destination, the limit, and the QPs
+/// waiting for it.
 #[derive(Debug, Default)]
 pub(super) struct PortWindow {
     limit: Option<u32>,
     /// Hold whether or not loss was seen.
     always: bool,
-    unacked: u32,
-    parked: VecDeque<u32>,
+    /// Per destination GID; an entry goes when it counts nothing and
+    /// holds no QP.
+    dests: HashMap<Gid, DestWindow>,
+    /// Destinations with parked QPs, each once.
+    waiting: VecDeque<Gid>,
+    /// PSNs in flight over all destinations.
+    total: u32,
     /// The port's counts of losses and of packets sent (`note_losses`) at
     /// the last judgement, and when loss was last judged dense.
     losses: u64,
     sent: u64,
     loss_at: Option<Instant>,
+}
+
+#[derive(Debug, Default)]
+struct DestWindow {
+    unacked: u32,
+    parked: VecDeque<u32>,
 }
 
 impl PortWindow {
@@ -123,41 +147,92 @@ impl PortWindow {
                     .is_some_and(|t| now.saturating_since(t) < ENGAGED_FOR))
     }
 
-    /// PSNs sent and unacknowledged, over all QPs.
+    /// PSNs sent and unacknowledged, over all QPs and destinations.
     pub(super) fn unacked(&self) -> u32 {
-        self.unacked
+        self.total
     }
 
-    /// A QP's count changed from `*counted` to `now`.
-    pub(super) fn account(&mut self, counted: &mut u32, now: u32) {
-        self.unacked = self.unacked.saturating_sub(*counted).saturating_add(now);
-        *counted = now;
+    /// A QP's share changed from `*counted` to `now` (its destination may
+    /// have changed too: path migration).
+    pub(super) fn account(&mut self, counted: &mut Share, now: Share) {
+        if *counted == now {
+            return;
+        }
+        if let Some((gid, n)) = counted.take() {
+            self.total = self.total.saturating_sub(n);
+            if let Some(d) = self.dests.get_mut(&gid) {
+                d.unacked = d.unacked.saturating_sub(n);
+                if d.unacked == 0 && d.parked.is_empty() {
+                    self.dests.remove(&gid);
+                }
+            }
+        }
+        if let Some((gid, n)) = now.filter(|(_, n)| *n > 0) {
+            self.total = self.total.saturating_add(n);
+            let d = self.dests.entry(gid).or_default();
+            d.unacked = d.unacked.saturating_add(n);
+            *counted = Some((gid, n));
+        }
     }
 
-    /// Whether new packets must wait at `now`.
-    pub(super) fn full(&self, now: Instant) -> bool {
-        self.engaged(now) && self.limit.is_some_and(|l| self.unacked >= l)
-    }
-
-    pub(super) fn park(&mut self, qpn: u32) {
-        self.parked.push_back(qpn);
-    }
-
-    /// The parked QPs that may go back to the ready queue at `now` (all
-    /// of them once the window no longer holds).
-    pub(super) fn unpark(&mut self, now: Instant) -> impl Iterator<Item = u32> + '_ {
-        let free = match self.limit {
-            Some(l) if self.engaged(now) => l.saturating_sub(self.unacked),
-            _ => u32::MAX,
+    /// Whether new packets to `dest` must wait at `now`.
+    pub(super) fn full(&self, dest: Gid, now: Instant) -> bool {
+        let Some(limit) = self.limit else {
+            return false;
         };
-        let n = (free.div_ceil(UNPARK_CREDIT) as usize).min(self.parked.len());
-        self.parked.drain(..n)
+        self.engaged(now) && self.dests.get(&dest).is_some_and(|d| d.unacked >= limit)
     }
 
-    /// A destroyed QP leaves the queue (its count is given back by
-    /// `account` to zero).
+    /// QP `qpn`, whose next packet goes to `dest`, waits.
+    pub(super) fn park(&mut self, dest: Gid, qpn: u32) {
+        let d = self.dests.entry(dest).or_default();
+        if d.parked.is_empty() {
+            self.waiting.push_back(dest);
+        }
+        d.parked.push_back(qpn);
+    }
+
+    /// Hands `release` the parked QPs that may go back to the ready queue
+    /// at `now`: per destination, one for every [`UNPARK_CREDIT`] PSNs
+    /// free, in the order they were parked (all of them once the window
+    /// no longer holds).
+    pub(super) fn unpark(&mut self, now: Instant, mut release: impl FnMut(u32)) {
+        if self.waiting.is_empty() {
+            return;
+        }
+        let engaged = self.engaged(now);
+        for _ in 0..self.waiting.len() {
+            let Some(gid) = self.waiting.pop_front() else {
+                break;
+            };
+            let Some(d) = self.dests.get_mut(&gid) else {
+                continue;
+            };
+            let free = match self.limit {
+                Some(l) if engaged => l.saturating_sub(d.unacked),
+                _ => u32::MAX,
+            };
+            let n = (free.div_ceil(UNPARK_CREDIT) as usize).min(d.parked.len());
+            d.parked.drain(..n).for_each(&mut release);
+            if !d.parked.is_empty() {
+                self.waiting.push_back(gid);
+            } else if d.unacked == 0 {
+                self.dests.remove(&gid);
+            }
+        }
+    }
+
+    /// A destroyed QP leaves the queue it waits in (its share is given
+    /// back by `account` to `None`).
     pub(super) fn forget(&mut self, qpn: u32) {
-        self.parked.retain(|q| *q != qpn);
+        for d in self.dests.values_mut() {
+            d.parked.retain(|q| *q != qpn);
+        }
+        let dests = &self.dests;
+        self.waiting
+            .retain(|g| dests.get(g).is_some_and(|d| !d.parked.is_empty()));
+        self.dests
+            .retain(|_, d| d.unacked > 0 || !d.parked.is_empty());
     }
 }
 
@@ -167,31 +242,49 @@ mod tests {
 
     const T0: Instant = Instant::from_nanos(1_000);
 
+    fn gid(n: u8) -> Gid {
+        Gid::from(std::net::Ipv4Addr::new(10, 0, 0, n))
+    }
+
+    fn released(w: &mut PortWindow, now: Instant) -> Vec<u32> {
+        let mut v = Vec::new();
+        w.unpark(now, |q| v.push(q));
+        v
+    }
+
     #[test]
-    fn counts_follow_each_qp_and_the_limit_holds_new_packets_only_at_it() {
+    fn counts_follow_each_qp_per_destination_and_the_limit_holds_only_there() {
         let mut w = PortWindow::default();
         w.set_limit(Some(100));
         w.set_always(true);
-        let (mut a, mut b) = (0, 0);
-        w.account(&mut a, 60);
-        assert!(!w.full(T0));
-        w.account(&mut b, 40);
-        assert!(w.full(T0));
-        w.account(&mut a, 10);
-        assert_eq!(w.unacked(), 50);
-        assert!(!w.full(T0));
-        w.account(&mut b, 0);
-        w.account(&mut a, 0);
+        let (mut a, mut b, mut c) = (None, None, None);
+        w.account(&mut a, Some((gid(1), 60)));
+        assert!(!w.full(gid(1), T0));
+        w.account(&mut b, Some((gid(1), 40)));
+        assert!(w.full(gid(1), T0));
+        // Another destination has its own window.
+        w.account(&mut c, Some((gid(2), 10)));
+        assert!(!w.full(gid(2), T0));
+        assert_eq!(w.unacked(), 110);
+        w.account(&mut a, Some((gid(1), 10)));
+        assert!(!w.full(gid(1), T0));
+        // A share that moves (path migration) leaves its old destination.
+        w.account(&mut b, Some((gid(2), 95)));
+        assert!(w.full(gid(2), T0) && !w.full(gid(1), T0));
+        for s in [&mut a, &mut b, &mut c] {
+            w.account(s, None);
+        }
         assert_eq!(w.unacked(), 0);
+        assert!(w.dests.is_empty(), "no entry left behind");
     }
 
     #[test]
     fn no_limit_never_fills() {
         let mut w = PortWindow::default();
-        let mut a = 0;
+        let mut a = None;
         w.set_always(true);
-        w.account(&mut a, u32::MAX);
-        assert!(!w.full(T0));
+        w.account(&mut a, Some((gid(1), u32::MAX)));
+        assert!(!w.full(gid(1), T0));
         assert_eq!(w.limit(), None);
     }
 
@@ -199,45 +292,50 @@ mod tests {
     fn by_default_it_holds_only_for_a_while_after_dense_loss() {
         let mut w = PortWindow::default();
         w.set_limit(Some(10));
-        let mut a = 0;
-        w.account(&mut a, 50);
-        w.park(7);
+        let mut a = None;
+        w.account(&mut a, Some((gid(1), 50)));
+        w.park(gid(1), 7);
         w.note_losses(0, JUDGED_OVER, T0);
-        assert!(!w.full(T0), "no loss yet");
+        assert!(!w.full(gid(1), T0), "no loss yet");
         // Sparse: 4 in 1024 packets is not more than 1 in 256.
         w.note_losses(4, 2 * JUDGED_OVER, T0);
-        assert!(!w.full(T0), "sparse loss");
+        assert!(!w.full(gid(1), T0), "sparse loss");
         // Not judged before JUDGED_OVER more packets.
         w.note_losses(100, 3 * JUDGED_OVER - 1, T0);
-        assert!(!w.full(T0));
+        assert!(!w.full(gid(1), T0));
         w.note_losses(100, 3 * JUDGED_OVER, T0);
-        assert!(w.full(T0), "dense loss");
-        assert_eq!(w.unpark(T0).count(), 0);
+        assert!(w.full(gid(1), T0), "dense loss");
+        assert!(released(&mut w, T0).is_empty());
         let later = T0.saturating_add(ENGAGED_FOR);
         w.note_losses(100, 5 * JUDGED_OVER, later);
-        assert!(!w.full(later), "no dense loss for ENGAGED_FOR");
+        assert!(!w.full(gid(1), later), "no dense loss for ENGAGED_FOR");
+        assert_eq!(released(&mut w, later), vec![7]);
         // Counters reset to zero: no judgement of the difference.
         w.note_losses(0, 0, later);
         w.note_losses(3, JUDGED_OVER, later);
-        assert!(!w.full(later));
-        assert_eq!(w.unpark(later).collect::<Vec<_>>(), vec![7]);
+        assert!(!w.full(gid(1), later));
     }
 
     #[test]
-    fn parked_qps_return_in_order_one_per_credit_of_free_window() {
+    fn parked_qps_return_in_order_one_per_credit_of_their_destinations_window() {
         let mut w = PortWindow::default();
         w.set_limit(Some(100));
         w.set_always(true);
-        let mut a = 0;
-        w.account(&mut a, 100);
+        let (mut a, mut b) = (None, None);
+        w.account(&mut a, Some((gid(1), 100)));
+        w.account(&mut b, Some((gid(2), 100)));
         for q in 1..=10 {
-            w.park(q);
+            w.park(gid(1), q);
         }
-        assert_eq!(w.unpark(T0).count(), 0, "a full window frees none");
-        w.account(&mut a, 80); // 20 free: two credits
-        assert_eq!(w.unpark(T0).collect::<Vec<_>>(), vec![1, 2]);
+        w.park(gid(2), 20);
+        assert!(released(&mut w, T0).is_empty(), "full windows free none");
+        w.account(&mut a, Some((gid(1), 80))); // 20 free: two credits
+        assert_eq!(released(&mut w, T0), vec![1, 2]);
         w.forget(4);
-        w.account(&mut a, 0);
-        assert_eq!(w.unpark(T0).collect::<Vec<_>>(), vec![3, 5, 6, 7, 8, 9, 10]);
+        w.account(&mut a, None);
+        assert_eq!(released(&mut w, T0), vec![3, 5, 6, 7, 8, 9, 10]);
+        w.account(&mut b, Some((gid(2), 99)));
+        assert_eq!(released(&mut w, T0), vec![20]);
+        assert!(w.waiting.is_empty());
     }
 }
