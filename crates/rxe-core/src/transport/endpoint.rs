@@ -90,7 +90,7 @@ struct Qp {
     held: ReorderBuffer,
     holds_ahead: bool,
     /// Its PSNs counted in the port's window (`port_window`), and where.
-    window_share: Share,
+    window_share: Option<Share>,
     /// Waiting in the port window's queue.
     parked: bool,
 }
@@ -814,13 +814,12 @@ impl Endpoint {
                     Some(wait) => qp.pace_wait = Some(wait),
                     // The port's window is full: new packets wait for
                     // ACKs to free it (`port_window`).
-                    None if qp.common.qp_type() == QpType::Rc
-                        && qp.req.has_new_packet()
-                        && self.port_window.full(rc_dest(&qp.common), now) =>
+                    None if qp.req.has_new_packet()
+                        && self.port_window.full(&qp.window_share, now) =>
                     {
                         if !qp.parked {
                             qp.parked = true;
-                            self.port_window.park(rc_dest(&qp.common), qpn);
+                            self.port_window.park(&qp.window_share, qpn);
                             self.counters.inc(Counter::PortWindowWaits);
                         }
                     }
@@ -923,8 +922,10 @@ impl Endpoint {
         while let Some(ev) = qp.common.pop_event() {
             self.events.push_back(ev);
         }
-        let share = qp.req.port_window_share(&qp.common);
-        let share = (share > 0).then(|| (rc_dest(&qp.common), share));
+        let share = qp
+            .req
+            .port_window_share(&qp.common)
+            .map(|psns| (rc_dest(&qp.common), psns));
         self.port_window.account(&mut qp.window_share, share);
         if let Some(rp) = &qp.rp {
             let made = rp.reductions();

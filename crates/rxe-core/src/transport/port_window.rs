@@ -73,9 +73,16 @@ pub(super) const JUDGED_OVER: u64 = 1024;
 /// a QP (`endpoint::TX_QUANTUM`).
 pub(super) const UNPARK_CREDIT: u32 = 16;
 
-/// A QP's share of the window: the destination it is counted against and
-/// its PSNs in flight there.
-pub(super) type Share = Option<(Gid, u32)>;
+/// A QP's place in the window: the destination it is counted against
+/// (and that destination's slot, so that the count per packet needs no
+/// lookup) and its PSNs in flight there. A live RC QP holds one, with 0
+/// PSNs when all are acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Share {
+    gid: Gid,
+    slot: usize,
+    psns: u32,
+}
 
 /// The PSNs in flight towards each destination, the limit, and the QPs
 /// waiting for it.
@@ -84,11 +91,13 @@ pub(super) struct PortWindow {
     limit: Option<u32>,
     /// Hold whether or not loss was seen.
     always: bool,
-    /// Per destination GID; an entry goes when it counts nothing and
-    /// holds no QP.
-    dests: HashMap<Gid, DestWindow>,
-    /// Destinations with parked QPs, each once.
-    waiting: VecDeque<Gid>,
+    /// Per destination, by slot; a slot is free (in `free`) when no QP
+    /// holds a share in it and none waits there.
+    dests: Vec<DestWindow>,
+    index: HashMap<Gid, usize>,
+    free: Vec<usize>,
+    /// Slots with parked QPs, each once.
+    waiting: VecDeque<usize>,
     /// PSNs in flight over all destinations.
     total: u32,
     /// The port's counts of losses and of packets sent (`note_losses`) at
@@ -100,7 +109,10 @@ pub(super) struct PortWindow {
 
 #[derive(Debug, Default)]
 struct DestWindow {
+    gid: Gid,
     unacked: u32,
+    /// QPs holding a share here.
+    holders: u32,
     parked: VecDeque<u32>,
 }
 
@@ -152,42 +164,81 @@ impl PortWindow {
         self.total
     }
 
-    /// A QP's share changed from `*counted` to `now` (its destination may
-    /// have changed too: path migration).
-    pub(super) fn account(&mut self, counted: &mut Share, now: Share) {
-        if *counted == now {
-            return;
-        }
-        if let Some((gid, n)) = counted.take() {
-            self.total = self.total.saturating_sub(n);
-            if let Some(d) = self.dests.get_mut(&gid) {
-                d.unacked = d.unacked.saturating_sub(n);
-                if d.unacked == 0 && d.parked.is_empty() {
-                    self.dests.remove(&gid);
-                }
+    /// A QP's count is now `now`: its PSNs in flight towards a destination,
+    /// or `None` (not a live RC QP). Its destination may have changed
+    /// (path migration).
+    pub(super) fn account(&mut self, share: &mut Option<Share>, now: Option<(Gid, u32)>) {
+        if let (Some(s), Some((gid, psns))) = (share.as_mut(), now) {
+            if s.gid == gid {
+                // The usual case, once per packet and ACK: no lookup.
+                let d = &mut self.dests[s.slot];
+                d.unacked = d.unacked.saturating_sub(s.psns).saturating_add(psns);
+                self.total = self.total.saturating_sub(s.psns).saturating_add(psns);
+                s.psns = psns;
+                return;
             }
         }
-        if let Some((gid, n)) = now.filter(|(_, n)| *n > 0) {
-            self.total = self.total.saturating_add(n);
-            let d = self.dests.entry(gid).or_default();
-            d.unacked = d.unacked.saturating_add(n);
-            *counted = Some((gid, n));
+        if let Some(s) = share.take() {
+            let d = &mut self.dests[s.slot];
+            d.unacked = d.unacked.saturating_sub(s.psns);
+            d.holders -= 1;
+            self.total = self.total.saturating_sub(s.psns);
+            self.free_if_unused(s.slot);
+        }
+        if let Some((gid, psns)) = now {
+            let slot = self.slot_for(gid);
+            let d = &mut self.dests[slot];
+            d.unacked = d.unacked.saturating_add(psns);
+            d.holders += 1;
+            self.total = self.total.saturating_add(psns);
+            *share = Some(Share { gid, slot, psns });
         }
     }
 
-    /// Whether new packets to `dest` must wait at `now`.
-    pub(super) fn full(&self, dest: Gid, now: Instant) -> bool {
-        let Some(limit) = self.limit else {
-            return false;
+    fn slot_for(&mut self, gid: Gid) -> usize {
+        if let Some(&slot) = self.index.get(&gid) {
+            return slot;
+        }
+        let d = DestWindow {
+            gid,
+            ..DestWindow::default()
         };
-        self.engaged(now) && self.dests.get(&dest).is_some_and(|d| d.unacked >= limit)
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                self.dests[slot] = d;
+                slot
+            }
+            None => {
+                self.dests.push(d);
+                self.dests.len() - 1
+            }
+        };
+        self.index.insert(gid, slot);
+        slot
     }
 
-    /// QP `qpn`, whose next packet goes to `dest`, waits.
-    pub(super) fn park(&mut self, dest: Gid, qpn: u32) {
-        let d = self.dests.entry(dest).or_default();
+    fn free_if_unused(&mut self, slot: usize) {
+        let d = &self.dests[slot];
+        if d.holders == 0 && d.parked.is_empty() {
+            self.index.remove(&d.gid);
+            self.free.push(slot);
+        }
+    }
+
+    /// Whether new packets of the QP holding `share` must wait at `now`.
+    pub(super) fn full(&self, share: &Option<Share>, now: Instant) -> bool {
+        let (Some(limit), Some(s)) = (self.limit, share) else {
+            return false;
+        };
+        self.engaged(now) && self.dests[s.slot].unacked >= limit
+    }
+
+    /// QP `qpn`, holding `share`, waits for its destination's window.
+    pub(super) fn park(&mut self, share: &Option<Share>, qpn: u32) {
+        let Some(s) = share else { return };
+        let d = &mut self.dests[s.slot];
         if d.parked.is_empty() {
-            self.waiting.push_back(dest);
+            self.waiting.push_back(s.slot);
         }
         d.parked.push_back(qpn);
     }
@@ -202,22 +253,20 @@ impl PortWindow {
         }
         let engaged = self.engaged(now);
         for _ in 0..self.waiting.len() {
-            let Some(gid) = self.waiting.pop_front() else {
+            let Some(slot) = self.waiting.pop_front() else {
                 break;
             };
-            let Some(d) = self.dests.get_mut(&gid) else {
-                continue;
-            };
+            let d = &mut self.dests[slot];
             let free = match self.limit {
                 Some(l) if engaged => l.saturating_sub(d.unacked),
                 _ => u32::MAX,
             };
             let n = (free.div_ceil(UNPARK_CREDIT) as usize).min(d.parked.len());
             d.parked.drain(..n).for_each(&mut release);
-            if !d.parked.is_empty() {
-                self.waiting.push_back(gid);
-            } else if d.unacked == 0 {
-                self.dests.remove(&gid);
+            if d.parked.is_empty() {
+                self.free_if_unused(slot);
+            } else {
+                self.waiting.push_back(slot);
             }
         }
     }
@@ -225,14 +274,22 @@ impl PortWindow {
     /// A destroyed QP leaves the queue it waits in (its share is given
     /// back by `account` to `None`).
     pub(super) fn forget(&mut self, qpn: u32) {
-        for d in self.dests.values_mut() {
-            d.parked.retain(|q| *q != qpn);
+        for slot in 0..self.dests.len() {
+            let d = &mut self.dests[slot];
+            if d.parked.contains(&qpn) {
+                d.parked.retain(|q| *q != qpn);
+                if d.parked.is_empty() {
+                    self.waiting.retain(|s| *s != slot);
+                    self.free_if_unused(slot);
+                }
+            }
         }
-        let dests = &self.dests;
-        self.waiting
-            .retain(|g| dests.get(g).is_some_and(|d| !d.parked.is_empty()));
-        self.dests
-            .retain(|_, d| d.unacked > 0 || !d.parked.is_empty());
+    }
+
+    /// Destinations with a slot in use (tests: nothing is left behind).
+    #[cfg(test)]
+    fn destinations(&self) -> usize {
+        self.index.len()
     }
 }
 
@@ -259,23 +316,31 @@ mod tests {
         w.set_always(true);
         let (mut a, mut b, mut c) = (None, None, None);
         w.account(&mut a, Some((gid(1), 60)));
-        assert!(!w.full(gid(1), T0));
+        assert!(!w.full(&a, T0));
         w.account(&mut b, Some((gid(1), 40)));
-        assert!(w.full(gid(1), T0));
+        assert!(w.full(&a, T0) && w.full(&b, T0));
         // Another destination has its own window.
         w.account(&mut c, Some((gid(2), 10)));
-        assert!(!w.full(gid(2), T0));
+        assert!(!w.full(&c, T0));
         assert_eq!(w.unacked(), 110);
         w.account(&mut a, Some((gid(1), 10)));
-        assert!(!w.full(gid(1), T0));
+        assert!(!w.full(&a, T0));
         // A share that moves (path migration) leaves its old destination.
         w.account(&mut b, Some((gid(2), 95)));
-        assert!(w.full(gid(2), T0) && !w.full(gid(1), T0));
+        assert!(w.full(&c, T0) && !w.full(&a, T0));
+        // All acknowledged: the QPs keep their places, with nothing.
+        for s in [&mut a, &mut b, &mut c] {
+            let gid = s.map(|s| s.gid).unwrap();
+            w.account(s, Some((gid, 0)));
+        }
+        assert_eq!((w.unacked(), w.destinations()), (0, 2));
         for s in [&mut a, &mut b, &mut c] {
             w.account(s, None);
         }
-        assert_eq!(w.unacked(), 0);
-        assert!(w.dests.is_empty(), "no entry left behind");
+        assert_eq!(w.destinations(), 0, "no slot left in use");
+        // A freed slot is used again.
+        w.account(&mut a, Some((gid(3), 1)));
+        assert_eq!(w.dests.len(), 2);
     }
 
     #[test]
@@ -284,7 +349,7 @@ mod tests {
         let mut a = None;
         w.set_always(true);
         w.account(&mut a, Some((gid(1), u32::MAX)));
-        assert!(!w.full(gid(1), T0));
+        assert!(!w.full(&a, T0));
         assert_eq!(w.limit(), None);
     }
 
@@ -294,26 +359,26 @@ mod tests {
         w.set_limit(Some(10));
         let mut a = None;
         w.account(&mut a, Some((gid(1), 50)));
-        w.park(gid(1), 7);
+        w.park(&a, 7);
         w.note_losses(0, JUDGED_OVER, T0);
-        assert!(!w.full(gid(1), T0), "no loss yet");
+        assert!(!w.full(&a, T0), "no loss yet");
         // Sparse: 4 in 1024 packets is not more than 1 in 256.
         w.note_losses(4, 2 * JUDGED_OVER, T0);
-        assert!(!w.full(gid(1), T0), "sparse loss");
+        assert!(!w.full(&a, T0), "sparse loss");
         // Not judged before JUDGED_OVER more packets.
         w.note_losses(100, 3 * JUDGED_OVER - 1, T0);
-        assert!(!w.full(gid(1), T0));
+        assert!(!w.full(&a, T0));
         w.note_losses(100, 3 * JUDGED_OVER, T0);
-        assert!(w.full(gid(1), T0), "dense loss");
+        assert!(w.full(&a, T0), "dense loss");
         assert!(released(&mut w, T0).is_empty());
         let later = T0.saturating_add(ENGAGED_FOR);
         w.note_losses(100, 5 * JUDGED_OVER, later);
-        assert!(!w.full(gid(1), later), "no dense loss for ENGAGED_FOR");
+        assert!(!w.full(&a, later), "no dense loss for ENGAGED_FOR");
         assert_eq!(released(&mut w, later), vec![7]);
         // Counters reset to zero: no judgement of the difference.
         w.note_losses(0, 0, later);
         w.note_losses(3, JUDGED_OVER, later);
-        assert!(!w.full(gid(1), later));
+        assert!(!w.full(&a, later));
     }
 
     #[test]
@@ -325,9 +390,9 @@ mod tests {
         w.account(&mut a, Some((gid(1), 100)));
         w.account(&mut b, Some((gid(2), 100)));
         for q in 1..=10 {
-            w.park(gid(1), q);
+            w.park(&a, q);
         }
-        w.park(gid(2), 20);
+        w.park(&b, 20);
         assert!(released(&mut w, T0).is_empty(), "full windows free none");
         w.account(&mut a, Some((gid(1), 80))); // 20 free: two credits
         assert_eq!(released(&mut w, T0), vec![1, 2]);
@@ -337,5 +402,7 @@ mod tests {
         w.account(&mut b, Some((gid(2), 99)));
         assert_eq!(released(&mut w, T0), vec![20]);
         assert!(w.waiting.is_empty());
+        w.account(&mut b, None);
+        assert_eq!(w.destinations(), 0);
     }
 }

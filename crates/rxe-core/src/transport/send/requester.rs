@@ -366,14 +366,10 @@ impl Requester {
 
     /// The PSNs this QP holds in the port's window (`port_window`): sent
     /// and unacknowledged, for an RC QP that can still be answered (RTS,
-    /// SQD, SQE); none otherwise.
-    pub(crate) fn port_window_share(&self, common: &QpCommon) -> u32 {
+    /// SQD, SQE); `None` for any other QP, which holds no place there.
+    pub(crate) fn port_window_share(&self, common: &QpCommon) -> Option<u32> {
         let live = matches!(common.state(), QpState::Rts | QpState::Sqd | QpState::Sqe);
-        if live && common.qp_type() == QpType::Rc {
-            self.una.distance_to(self.high)
-        } else {
-            0
-        }
+        (live && common.qp_type() == QpType::Rc).then(|| self.una.distance_to(self.high))
     }
 
     /// Whether a request waits whose next packet would be a new one (not
