@@ -235,6 +235,18 @@ fn held_always_the_port_window_loses_nothing_at_all() {
     assert_eq!(counter(&sim, 1, Counter::DuplicateRequest), 0);
 }
 
+/// A WRITE of `len` bytes from 0x7000_0000 (`src`) to 0x8000_0000 (`tgt`).
+fn write_at_8(id: u64, len: u32, src: Key, tgt: Key) -> rxe_core::transport::SendWr {
+    send_wr(
+        id,
+        SendOp::RdmaWrite {
+            remote_addr: 0x8000_0000,
+            rkey: tgt.raw(),
+        },
+        SendData::Sges(vec![sge(0x7000_0000, len, src)]),
+    )
+}
+
 /// A lossless simulator whose node 0 holds a port window of 16 PSNs
 /// always, and two RC QPs from node 0 to node 1.
 fn two_qps_behind_a_small_window(seed: u64) -> (Sim, u32, u32) {
@@ -278,14 +290,7 @@ fn a_read_larger_than_the_window_goes_and_others_wait_for_it() {
         SendData::Sges(vec![sge(0x6000_0000, len, sink)]),
     );
     sim.nodes[0].ep.post_send(reader, read).expect("post READ");
-    let write = send_wr(
-        2,
-        SendOp::RdmaWrite {
-            remote_addr: 0x8000_0000,
-            rkey: tgt.raw(),
-        },
-        SendData::Sges(vec![sge(0x7000_0000, 4096, src)]),
-    );
+    let write = write_at_8(2, 4096, src, tgt);
     sim.nodes[0]
         .ep
         .post_send(writer, write)
@@ -320,16 +325,7 @@ fn a_failed_qp_gives_its_share_back() {
         vec![0; 32 * 1024],
         AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
     );
-    let write = |id, len| {
-        send_wr(
-            id,
-            SendOp::RdmaWrite {
-                remote_addr: 0x8000_0000,
-                rkey: tgt.raw(),
-            },
-            SendData::Sges(vec![sge(0x7000_0000, len, src)]),
-        )
-    };
+    let write = |id, len| write_at_8(id, len, src, tgt);
     // Lost on the way: nothing acknowledges the doomed QP's 16 PSNs.
     sim.set_filter(|_, p| {
         if p.from == 0 {
@@ -389,16 +385,7 @@ fn a_peer_that_never_acknowledges_holds_only_its_own_window() {
         vec![0; 4096],
         AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
     );
-    let write = |id, len, rkey: Key| {
-        send_wr(
-            id,
-            SendOp::RdmaWrite {
-                remote_addr: 0x8000_0000,
-                rkey: rkey.raw(),
-            },
-            SendData::Sges(vec![sge(0x7000_0000, len, src)]),
-        )
-    };
+    let write = |id, len, tgt| write_at_8(id, len, src, tgt);
     // Node 1 answers nothing: what node 0 sends it is lost.
     sim.set_filter(|_, p| {
         if p.from == 0 && p.to == 1 {
