@@ -84,9 +84,9 @@ counters! {
     RpCnpIgnored => "rp_cnp_ignored",
     /// Reaction point: rate reductions made (DCQCN).
     RpRateReductions => "rp_rate_reductions",
-    /// Requester: an RC QP with a new packet to send waited because all
-    /// the port's QPs together had the port's window of PSNs in flight
-    /// (`port_window`), counted once per wait.
+    /// Requester: an RC QP with a new packet to send waited because the
+    /// port's QPs together had the port window's PSNs in flight to its
+    /// destination (`port_window`), counted once per wait.
     PortWindowWaits => "port_window_waits",
     /// Path migration: the requester's retries on the primary path were
     /// spent and the QP moved to its armed alternate path (IBTA 17.2.8).

@@ -153,7 +153,7 @@ pub struct Endpoint {
     selective_retransmit: bool,
     /// Bytes all QPs' reorder buffers hold (at most `reorder_calls::MAX_HELD_BYTES`).
     held_bytes: usize,
-    /// RC PSNs in flight over all QPs, their limit, the QPs waiting.
+    /// RC PSNs in flight per destination, their limit, the QPs waiting.
     port_window: PortWindow,
 }
 
@@ -185,11 +185,11 @@ impl Endpoint {
         }
     }
 
-    /// The most RC PSNs all QPs together may have sent and unacknowledged
-    /// (`port_window`; it holds only for a while after a loss unless
-    /// [`Endpoint::set_port_window_always`]); `None` (the default) for no
-    /// limit. A driver whose peers' receive buffers are finite sets it from
-    /// them.
+    /// The most RC PSNs the QPs together may have sent to one destination
+    /// and not had acknowledged (`port_window`; it holds only for a while
+    /// after dense loss unless [`Endpoint::set_port_window_always`]);
+    /// `None` (the default) for no limit. A driver whose peers' receive
+    /// buffers are finite sets it from them.
     pub fn set_port_window(&mut self, psns: Option<u32>) {
         self.port_window.set_limit(psns);
     }
@@ -205,7 +205,8 @@ impl Endpoint {
         self.port_window.limit()
     }
 
-    /// RC PSNs in flight over all QPs: sent and not yet acknowledged.
+    /// RC PSNs in flight over all QPs and destinations: sent and not yet
+    /// acknowledged.
     pub fn port_unacked(&self) -> u32 {
         self.port_window.unacked()
     }

@@ -27,8 +27,8 @@
 //! - `psn`: 24-bit packet sequence numbers, their wrap-around arithmetic,
 //!   the half-space comparison that requesters and responders use, and the
 //!   responder's classification of a request PSN (expected, duplicate, ahead).
-//! - `port_window`: the bound on the RC PSNs all of a port's QPs have in
-//!   flight together, the back-pressure a socket buffer needs.
+//! - `port_window`: the bound on the RC PSNs a port's QPs have in flight
+//!   together to one destination, the back-pressure a socket buffer needs.
 //! - `congestion`: ECN and the CNPs of the notification point, per port;
 //!   `dcqcn`: the reaction point's rate state machine (DCQCN), per QP.
 //! - `wr`: work requests and work completions; `io`: what crosses the

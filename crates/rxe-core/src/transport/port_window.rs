@@ -1,5 +1,5 @@
-//! The port's window: a bound on the RC PSNs that all of a port's QPs
-//! together have sent and not yet had acknowledged.
+//! The port's window: a bound on the RC PSNs that a port's QPs together
+//! have sent to one destination and not yet had acknowledged.
 //!
 //! Why a port needs one, where a hardware NIC does not: between two
 //! software devices the only queue is the receiver's socket buffer, and

@@ -380,7 +380,7 @@ impl NetPort {
     /// The port window (`rxe_core::transport::Endpoint::set_port_window`)
     /// that fits a receive buffer like this port's smallest, for packets
     /// of `mtu` payload bytes: the RC PSNs that the device's QPs together
-    /// may have in flight. A peer on this host (loopback: the case where a
+    /// may have in flight to one peer. A peer on this host (loopback: the case where a
     /// send never waits) has the same buffer; the kernel charges each
     /// datagram's full buffer size (`truesize`: the payload, the headers,
     /// and about 1 KiB of bookkeeping) against the buffer as it reports it,
