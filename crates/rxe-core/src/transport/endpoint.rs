@@ -969,9 +969,15 @@ impl Endpoint {
     }
 }
 
-/// The destination GID of a connected QP's path (the port window's key).
+/// The destination GID of a connected QP's path (the port window's key;
+/// read once per packet and ACK, so the address vector is not copied).
 fn rc_dest(common: &QpCommon) -> Gid {
-    common.config.attrs().av.unwrap_or_default().dgid
+    common
+        .config
+        .attrs()
+        .av
+        .as_ref()
+        .map_or_else(Gid::default, |av| av.dgid)
 }
 
 #[cfg(test)]
