@@ -273,7 +273,7 @@ impl Qp {
         self.check_live()?;
         let mut e = self.pd.dev.lock();
         e.ep.post_recv(self.shared.qpn, wr)?;
-        self.pd.dev.kick(e);
+        self.pd.dev.kick_after_recv(e);
         Ok(())
     }
 

@@ -118,9 +118,7 @@ impl Srq {
         self.check_live()?;
         let mut e = self.pd.dev.lock();
         e.ep.post_srq_recv(self.shared.srqn, wr)?;
-        // A receive can unblock a QP that sent RNR NAKs: nothing to send
-        // now, but completions may be due.
-        self.pd.dev.kick(e);
+        self.pd.dev.kick_after_recv(e);
         Ok(())
     }
 

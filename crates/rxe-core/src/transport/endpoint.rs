@@ -21,6 +21,18 @@
 //! requester of a QP whose next packet is not due, and the QP's deadline
 //! (`poll_timeout`) becomes the time it is. A QP that never got a CNP has
 //! no DCQCN state and pays one `Option` check per packet.
+//!
+//! A QP's responses go before its requests, except a lone positive ACK:
+//! it waits for the requests the QP sends in the same turn, and goes in
+//! the turn's last slot at the latest, so it is never held past
+//! `TX_QUANTUM - 1` packets. The order of an ACK and a request of one QP
+//! is free: they belong to the two directions' separate PSN streams (IBTA
+//! 9.5 orders requests among themselves and responses among themselves).
+//! Placed after them, the ACK (20 bytes) can end the GSO run of the
+//! requests to the same peer (the kernel cuts every segment but the last
+//! at one size), where before them it was a datagram of its own: the
+//! answer a ping-pong posts and the ACK of the message it answers leave
+//! and arrive as one datagram.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
@@ -797,6 +809,13 @@ impl Endpoint {
                 continue;
             };
             qp.queued = false;
+            let in_turn = match self.turn {
+                Some((q, n)) if q == qpn => n,
+                _ => 0,
+            };
+            // A lone ACK goes after the QP's requests of this turn, never
+            // later than its last slot (`ack_after_requests`).
+            let ack_last = in_turn + 1 < TX_QUANTUM && qp.resp.only_ack_queued();
             let mut t = None;
             if qp.np.pending {
                 qp.np.pending = false;
@@ -805,7 +824,7 @@ impl Endpoint {
                     self.counters.inc(Counter::NpCnpSent);
                 }
             }
-            if t.is_none() {
+            if t.is_none() && !ack_last {
                 t = qp
                     .resp
                     .poll_transmit(&mut qp.common, &mut self.counters, mem, buf);
@@ -834,15 +853,17 @@ impl Endpoint {
                     }
                 }
             }
+            if t.is_none() && ack_last {
+                t = qp
+                    .resp
+                    .poll_transmit(&mut qp.common, &mut self.counters, mem, buf);
+            }
             if let Some(t) = t {
                 self.counters.inc(Counter::SentPkts);
                 // It may have more: it keeps the head of the line for the
                 // rest of its turn, then goes to the back.
                 qp.queued = true;
-                let sent = match self.turn {
-                    Some((q, n)) if q == qpn => n + 1,
-                    _ => 1,
-                };
+                let sent = in_turn + 1;
                 if sent < TX_QUANTUM {
                     self.turn = Some((qpn, sent));
                     self.ready.push_front(qpn);

@@ -1034,6 +1034,48 @@ fn busy_qps_take_turns_of_a_quantum_of_packets() {
     assert_eq!(order, expected);
 }
 
+/// A QP's lone ACK goes after its requests of the same turn (so that it
+/// can end their GSO run), and in the turn's last slot at the latest.
+#[test]
+fn a_lone_ack_follows_the_requests_of_its_turn_and_never_waits_longer() {
+    for (len, requests_before_ack) in [(8, 1), (40 * 1024, TX_QUANTUM as usize - 1)] {
+        let (mut ep, rc, _) = setup();
+        to_rts(&mut ep, rc);
+        let mut mem = VecMemory::new();
+        let dst = mem
+            .register_bytes(1, 0x1000, vec![0; 64], AccessFlags::LOCAL_WRITE)
+            .unwrap();
+        ep.post_recv(rc, rwr(7, dst, 0x1000, 64)).unwrap();
+        let src = mem
+            .register_bytes(1, 0x8000, vec![5; len], AccessFlags::empty())
+            .unwrap();
+        rc_send(&mut ep, &mut mem, rc, 100, Opcode::RC_SEND_ONLY, b"ping");
+        let wr = SendWr {
+            data: SendData::Sge(Sge {
+                addr: 0x8000,
+                length: len as u32,
+                lkey: src.raw(),
+            }),
+            ..write_wr(1, src.raw(), len as u32)
+        };
+        ep.post_send(rc, wr).unwrap();
+        let sent = drain(&mut ep, &mut mem, Instant::ZERO);
+        let ack = sent
+            .iter()
+            .position(|(op, _)| *op == Opcode::RC_ACKNOWLEDGE)
+            .expect("the ACK of the SEND");
+        assert_eq!(ack, requests_before_ack, "{len} bytes");
+        let acks = sent.iter().filter(|(op, _)| *op == Opcode::RC_ACKNOWLEDGE);
+        assert_eq!(acks.count(), 1);
+        assert_eq!(
+            TransportRepr::parse(&sent[ack].1).unwrap().repr.bth.psn,
+            100
+        );
+        // MTU 1024: the rest of the WRITE follows in later turns.
+        assert_eq!(sent.len(), len.div_ceil(1024) + 1);
+    }
+}
+
 // ---- timers
 
 /// An ACK that moves a QP's ACK timer later leaves its entry where it was:

@@ -522,6 +522,21 @@ impl DeviceShared {
         self.waker.after_unlock();
     }
 
+    /// After a posted receive: deliver completions (one posted in ERR is
+    /// flushed at once, IBTA 10.3.1), without sending. A receive never
+    /// makes a packet: a message that found none was answered by an RNR
+    /// NAK already, and its requester sends it again. Sending here would
+    /// put a busy poller's deferred ACK (`NetPort::defer_sends_once`) on
+    /// the wire alone, just before the post that answers the message it
+    /// acknowledges could carry it in one GSO message (a ping-pong over
+    /// SEND reposts its receive first).
+    pub(crate) fn kick_after_recv(&self, mut e: MutexGuard<'_, DeviceEngine>) {
+        e.dispatch();
+        drop(e);
+        // The driver may have skipped a turn while we held the lock.
+        self.waker.after_unlock();
+    }
+
     /// After a post: [`Device::kick`], or with `corked` (a small post to an
     /// RC QP that already had packets in flight) leave
     /// the new packets queued (corked), so that consecutive posts go out

@@ -477,6 +477,19 @@ impl Responder {
 
     // ---- the response queue ---------------------------------------------
 
+    /// Whether all there is to send is one positive ACK: it may wait for
+    /// the QP's requests of the same turn (`endpoint`'s module docs).
+    pub(crate) fn only_ack_queued(&self) -> bool {
+        self.out.len() == 1
+            && matches!(
+                self.out.front(),
+                Some(Out::Ack {
+                    syndrome: Syndrome::Ack { .. },
+                    ..
+                })
+            )
+    }
+
     pub(super) fn push(&mut self, out: Out) {
         self.out.push_back(out);
     }
