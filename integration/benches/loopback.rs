@@ -1,7 +1,9 @@
 //! rxe against raw UDP on the same machine, in the same run: streaming
 //! throughput (RC RDMA WRITE of 64 KiB messages at MTU 4096 against a raw
 //! UDP sender of 4 KiB datagrams) and round-trip latency (RC SEND
-//! ping-pong against a raw UDP ping-pong), over loopback.
+//! ping-pong against a raw UDP ping-pong), over loopback; and the cost of
+//! an empty busy poll (`poll_one` on an idle CQ, which runs a turn of the
+//! engine) against a non-blocking `recv` on an empty UDP socket.
 //!
 //! `cargo bench -p rxe-integration --bench loopback` (add `-- --secs N` to
 //! run each phase longer). The machine is noisy: compare the ratios, and
@@ -234,6 +236,41 @@ fn rxe_pingpong(a: &Node, b: &Node, d: Duration) -> (f64, u64) {
     (el / n as f64 * 1e6, n)
 }
 
+/// Raw UDP: the cost of one non-blocking `recv` on an empty socket.
+fn raw_empty_recv(d: Duration) -> f64 {
+    let s = UdpSocket::bind("127.0.42.5:0").unwrap();
+    s.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 64];
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed() < d {
+        for _ in 0..1000 {
+            assert!(s.recv(&mut buf).is_err());
+        }
+        n += 1000;
+    }
+    start.elapsed().as_secs_f64() / n as f64 * 1e9
+}
+
+/// rxe: the cost of one `poll_one` on an empty CQ, busy polling preferred
+/// (each empty poll is a turn of the engine: the sockets read, the timers
+/// looked at, nothing to send), with one RC QP in RTS and idle.
+fn rxe_empty_poll(a: &Node, b: &Node, d: Duration) -> f64 {
+    let _qps = pair(a, b, QpType::Rc);
+    a.dev.set_prefer_busy_poll(true);
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed() < d {
+        for _ in 0..1000 {
+            assert!(a.cq.poll_one().unwrap().is_none());
+        }
+        n += 1000;
+    }
+    let el = start.elapsed().as_secs_f64();
+    a.dev.set_prefer_busy_poll(false);
+    el / n as f64 * 1e9
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; `cargo test` runs benches only with
     // `--benches`, and then this is a quick smoke run.
@@ -244,6 +281,8 @@ fn main() {
     let rxe = rxe_write_stream(&a, &b, d);
     let (udp_rtt, udp_n) = raw_udp_pingpong(d);
     let (rxe_rtt, rxe_n) = rxe_pingpong(&a, &b, d);
+    let raw_empty = raw_empty_recv(d);
+    let rxe_empty = rxe_empty_poll(&a, &b, d);
     println!(
         "loopback, {:.1} s per phase, {} cores",
         d.as_secs_f64(),
@@ -264,6 +303,11 @@ fn main() {
     println!(
         "latency     rxe RC SEND 64 B ping-pong  {rxe_rtt:8.1} us RTT ({rxe_n} round trips)   ratio rxe/UDP {:.2}",
         rxe_rtt / udp_rtt
+    );
+    println!("empty poll  raw UDP recv, non-blocking {raw_empty:8.0} ns");
+    println!(
+        "empty poll  rxe poll_one, busy polling  {rxe_empty:8.0} ns   ratio rxe/UDP {:.2}",
+        rxe_empty / raw_empty
     );
     println!(
         "rxe counters (sender): sent_pkts {}, retransmits {}",

@@ -170,6 +170,7 @@ pub struct RxBatch {
     pub(crate) slot_len: usize,
     pub(crate) meta: Box<[RxMeta]>,
     pub(crate) count: usize,
+    pub(crate) offered: usize,
 }
 
 impl fmt::Debug for RxBatch {
@@ -191,6 +192,7 @@ impl RxBatch {
             slot_len,
             meta: vec![RxMeta::default(); slots].into_boxed_slice(),
             count: 0,
+            offered: 0,
         }
     }
 
@@ -200,6 +202,12 @@ impl RxBatch {
 
     pub fn slot_len(&self) -> usize {
         self.slot_len
+    }
+
+    /// Slots the last `recv_batch` offered the kernel: when it received
+    /// fewer, nothing more was waiting.
+    pub fn offered(&self) -> usize {
+        self.offered
     }
 
     /// Datagrams the last `recv_batch` received.

@@ -76,7 +76,7 @@ fn answers(peer: &UdpSocket) -> usize {
 /// so the first turn does; a few more are allowed for a slow machine).
 fn receiving_turn(port: &NetPort, e: &mut Answer, defer: bool) -> Turn {
     for _ in 0..100 {
-        let t = poller_turn(port, e, defer);
+        let t = poller_turn(port, e, defer, None);
         if t.received > 0 {
             return t;
         }
@@ -102,7 +102,7 @@ fn a_pollers_turn_leaves_the_answer_to_a_request_for_the_next_turn_once() {
     send(&peer, dst, SEND_ONLY);
     assert!(receiving_turn(&port, &mut e, true).sends_deferred);
     assert_eq!(answers(&peer), 0);
-    let t = poller_turn(&port, &mut e, true);
+    let t = poller_turn(&port, &mut e, true, None);
     assert!(!t.sends_deferred);
     assert_eq!(answers(&peer), 1);
 

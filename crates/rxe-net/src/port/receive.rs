@@ -59,7 +59,7 @@ impl NetPort {
                             delivered += self.deliver(engine, sock, m, seg, now, &mut requests);
                         }
                     }
-                    if n < rx.slots() {
+                    if n < rx.offered() {
                         break;
                     }
                     if round == MAX_RECV_BATCHES {
@@ -69,7 +69,7 @@ impl NetPort {
             }
             self.unread.store(unread, Ordering::Release);
             Received {
-                packets: delivered + self.release_held(engine, self.clock.now()),
+                packets: delivered + self.release_held(engine),
                 requests,
             }
         }
@@ -112,22 +112,18 @@ impl NetPort {
             }
             Fate::Deliver => engine.handle(now, meta, packet),
         }
-        1 + self.release_held(engine, now)
+        1 + self.release_held(engine)
     }
 
     /// The packet held back to reorder, after the one that overtook it.
-    fn release_held<E: Engine + ?Sized>(
-        &self,
-        engine: &mut E,
-        now: rxe_core::transport::Instant,
-    ) -> usize {
+    fn release_held<E: Engine + ?Sized>(&self, engine: &mut E) -> usize {
         if self.faults.is_none() {
             return 0;
         }
         let Some((meta, packet)) = lock(&self.held).take() else {
             return 0;
         };
-        engine.handle(now, &meta, &packet);
+        engine.handle(self.clock.now(), &meta, &packet);
         1
     }
 

@@ -15,6 +15,16 @@ impl NetPort {
     /// they are out (see `has_pending_sends`). Calls `after_batch` at the
     /// end. Returns the packets handed to the kernel.
     pub fn flush<E: Engine + ?Sized>(&self, engine: &mut E) -> usize {
+        self.flush_at(engine, self.clock.now())
+    }
+
+    /// [`NetPort::flush`] at `now`, which the caller has just read from
+    /// the port's clock (a busy poll reads it once a turn).
+    pub fn flush_at<E: Engine + ?Sized>(
+        &self,
+        engine: &mut E,
+        now: rxe_core::transport::Instant,
+    ) -> usize {
         self.sends_deferred.store(false, Ordering::Relaxed);
         let sent = {
             let mut tx = lock(&self.tx);
@@ -27,7 +37,6 @@ impl NetPort {
                 main: &sockets,
                 by_port: &src_sockets,
             };
-            let now = self.clock.now();
             let mut sent = 0;
             let mut blocked = self.send_queued(&mut tx, &sockets, &mut sent);
             while !blocked {
