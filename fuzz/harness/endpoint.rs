@@ -286,11 +286,12 @@ impl Harness {
             qpn,
             RecvWr {
                 wr_id,
-                sg_list: vec![Sge {
+                sg_list: [Sge {
                     addr: 0x4_0000,
                     length: RECV_LEN,
                     lkey: self.recv.raw(),
-                }],
+                }]
+                .into(),
             },
         );
     }

@@ -180,7 +180,7 @@ fn rxe_pingpong(a: &Node, b: &Node, d: Duration) -> (f64, u64) {
     let recv = |qp: &Qp, n: &Node, i: u64| {
         qp.post_recv(RecvWr {
             wr_id: i,
-            sg_list: vec![n.mr.sge(4096, 64)],
+            sg_list: [n.mr.sge(4096, 64)].into(),
         })
         .unwrap()
     };
@@ -198,7 +198,7 @@ fn rxe_pingpong(a: &Node, b: &Node, d: Duration) -> (f64, u64) {
                 if wc.queue == WorkQueue::Recv {
                     qb2.post_recv(RecvWr {
                         wr_id: i,
-                        sg_list: vec![bmr.sge(4096, 64)],
+                        sg_list: [bmr.sge(4096, 64)].into(),
                     })
                     .unwrap();
                     qb2.post_send(SendWr {

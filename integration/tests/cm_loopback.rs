@@ -105,7 +105,7 @@ fn take_and_accept(n: &Node, ch: &EventChannel, recv_at: usize) -> (CmId, Qp, Ve
     let qp = id.create_qp(&n.pd, &rc_attr(n)).expect("create_qp");
     qp.post_recv(RecvWr {
         wr_id: recv_at as u64,
-        sg_list: vec![n.mr.sge(recv_at, 1024)],
+        sg_list: [n.mr.sge(recv_at, 1024)].into(),
     })
     .expect("post_recv");
     let mut pd = n.mr.addr().to_be_bytes().to_vec();
@@ -445,7 +445,7 @@ fn multicast_join_send_and_leave() {
         .unwrap();
     rqp.post_recv(RecvWr {
         wr_id: 7,
-        sg_list: vec![rx.mr.sge(0, 1040)],
+        sg_list: [rx.mr.sge(0, 1040)].into(),
     })
     .unwrap();
     tx.mr.write(0, b"to the group").unwrap();

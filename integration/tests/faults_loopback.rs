@@ -36,7 +36,7 @@ fn rc_recovers_from_loss_duplicates_and_reordering() {
     for i in (1..MESSAGES).step_by(2) {
         qb.post_recv(RecvWr {
             wr_id: i,
-            sg_list: vec![dst.sge(i as usize * MSG, MSG as u32)],
+            sg_list: [dst.sge(i as usize * MSG, MSG as u32)].into(),
         })
         .unwrap();
     }

@@ -197,7 +197,7 @@ impl Lab {
         self.qp
             .post_recv(RecvWr {
                 wr_id,
-                sg_list: vec![self.v.mr.sge(0, RECV_LEN)],
+                sg_list: [self.v.mr.sge(0, RECV_LEN)].into(),
             })
             .unwrap();
         self.pending.push_back(wr_id);
@@ -704,7 +704,7 @@ fn middle_shorter_than_the_pmtu() {
     // A receive of 4 KiB, so that the FIRST is legitimate.
     l.qp.post_recv(RecvWr {
         wr_id: 1,
-        sg_list: vec![l.v.mr.sge(0, 4096)],
+        sg_list: [l.v.mr.sge(0, 4096)].into(),
     })
     .unwrap();
     let mut first = Packet::send(Opcode::RC_SEND_FIRST, l.qpn(), RQ_PSN, &[7; 1024]);
@@ -827,7 +827,7 @@ fn ud_qkey_mismatch() {
     ud_up(&ud, 0x1111_1111, 0);
     ud.post_recv(RecvWr {
         wr_id: 5,
-        sg_list: vec![l.v.mr.sge(0, 1024)],
+        sg_list: [l.v.mr.sge(0, 1024)].into(),
     })
     .unwrap();
     for qkey in [0x1111_1112, 0, 0x8001_0000] {
@@ -884,7 +884,7 @@ fn uc_duplicate_and_gap() {
     let post = |wr_id| {
         uc.post_recv(RecvWr {
             wr_id,
-            sg_list: vec![l.v.mr.sge(0, 2048)],
+            sg_list: [l.v.mr.sge(0, 2048)].into(),
         })
         .unwrap()
     };
@@ -978,7 +978,7 @@ fn ud_message_longer_than_the_mtu() {
     ud_up(&ud, 0x1111_1111, 0);
     ud.post_recv(RecvWr {
         wr_id: 5,
-        sg_list: vec![l.v.mr.sge(0, 8192)],
+        sg_list: [l.v.mr.sge(0, 8192)].into(),
     })
     .unwrap();
     let p = Packet::ud_send(ud.qp_num(), 0, 0x1111_1111, 9, &[0xab; 4100]);
@@ -1011,7 +1011,7 @@ fn ud_message_longer_than_the_receive() {
     ud_up(&ud, 0x1111_1111, 0);
     ud.post_recv(RecvWr {
         wr_id: 5,
-        sg_list: vec![l.v.mr.sge(0, 100)],
+        sg_list: [l.v.mr.sge(0, 100)].into(),
     })
     .unwrap();
     l.peer.send(
@@ -1677,7 +1677,7 @@ fn garbage_flood_during_a_legitimate_flow() {
         a.mr.write(4096, &s).unwrap();
         qb.post_recv(RecvWr {
             wr_id: 1000 + u64::from(rounds),
-            sg_list: vec![b.mr.sge(20000, 2048)],
+            sg_list: [b.mr.sge(20000, 2048)].into(),
         })
         .unwrap();
         qa.post_send(SendWr {

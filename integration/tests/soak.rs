@@ -143,7 +143,7 @@ impl Traffic {
     fn post_recv(&self, i: usize) {
         let wr = RecvWr {
             wr_id: i as u64,
-            sg_list: vec![self.bmr.sge(i * SLOT + DATA, 4096)],
+            sg_list: [self.bmr.sge(i * SLOT + DATA, 4096)].into(),
         };
         self.lanes[i].qb.post_recv(wr).expect("post_recv");
     }
@@ -237,7 +237,7 @@ impl Traffic {
                 // buffer checked first, as here).
                 let wr = RecvWr {
                     wr_id: i as u64,
-                    sg_list: vec![self.bmr.sge(base + DATA, 4096)],
+                    sg_list: [self.bmr.sge(base + DATA, 4096)].into(),
                 };
                 l.qb.post_recv(wr).expect("post_recv");
             }

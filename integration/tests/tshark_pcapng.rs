@@ -27,7 +27,7 @@ fn tshark_reads_the_devices_pcapng_capture() {
     a.dev.set_capture(Some(&path)).unwrap();
     qb.post_recv(RecvWr {
         wr_id: 1,
-        sg_list: vec![b.mr.sge(0, 4096)],
+        sg_list: [b.mr.sge(0, 4096)].into(),
     })
     .unwrap();
     for (wr_id, op) in [

@@ -25,7 +25,7 @@ fn send_wr(wr_id: u64, op: SendOp, sges: Vec<Sge>) -> SendWr {
 fn recv_wr(wr_id: u64, sges: Vec<Sge>) -> RecvWr {
     RecvWr {
         wr_id,
-        sg_list: sges,
+        sg_list: sges.into(),
     }
 }
 

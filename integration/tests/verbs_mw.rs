@@ -94,7 +94,7 @@ fn type2b_window_bind_access_invalidate_rebind() {
     // The peer invalidates the window with its SEND.
     qb.post_recv(RecvWr {
         wr_id: 4,
-        sg_list: vec![b.mr.sge(0, 64)],
+        sg_list: [b.mr.sge(0, 64)].into(),
     })
     .unwrap();
     qa.post_send(send_wr(5, SendOp::SendWithInv { rkey: k1 }, vec![]))

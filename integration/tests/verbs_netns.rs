@@ -137,7 +137,7 @@ fn ipv6_traffic() {
     a.mr.write(0, &[0x5a; 3000]).unwrap();
     qb.post_recv(RecvWr {
         wr_id: 1,
-        sg_list: vec![b.mr.sge(0, 4096)],
+        sg_list: [b.mr.sge(0, 4096)].into(),
     })
     .unwrap();
     let wr = |wr_id, op, sge| SendWr {
@@ -184,7 +184,7 @@ fn ipv6_traffic() {
         .unwrap();
     ub.post_recv(RecvWr {
         wr_id: 4,
-        sg_list: vec![b.mr.sge(20000, 1064)],
+        sg_list: [b.mr.sge(20000, 1064)].into(),
     })
     .unwrap();
     ua.post_send(SendWr {
@@ -226,7 +226,7 @@ fn ipv6_traffic() {
     );
     qb.post_recv(RecvWr {
         wr_id: 6,
-        sg_list: vec![b.mr.sge(30000, 64)],
+        sg_list: [b.mr.sge(30000, 64)].into(),
     })
     .unwrap();
     spoofer.send_to(&forged, victim).unwrap();

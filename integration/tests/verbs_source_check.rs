@@ -23,7 +23,7 @@ fn a_spoofed_source_is_dropped_and_counted() {
     let victim: SocketAddr = "127.0.130.2:4791".parse().unwrap();
     qb.post_recv(RecvWr {
         wr_id: 1,
-        sg_list: vec![b.mr.sge(0, 4096)],
+        sg_list: [b.mr.sge(0, 4096)].into(),
     })
     .unwrap();
 

@@ -166,7 +166,7 @@ fn every_operation_between_two_processes() {
         .unwrap();
     qa.post_recv(RecvWr {
         wr_id: 9,
-        sg_list: vec![a.mr.sge(40000, 64)],
+        sg_list: [a.mr.sge(40000, 64)].into(),
     })
     .unwrap();
     a.mr.write(0, b"ud datagram").unwrap();
@@ -200,7 +200,7 @@ fn peer_process() {
     b.mr.write(64, &1u64.to_ne_bytes()).unwrap();
     ub.post_recv(RecvWr {
         wr_id: 2,
-        sg_list: vec![b.mr.sge(1000, 40 + 64)],
+        sg_list: [b.mr.sge(1000, 40 + 64)].into(),
     })
     .unwrap();
     // Straight to the process's stdout: the test harness captures
@@ -227,7 +227,7 @@ fn peer_process() {
     // retried (rnr_retry 7).
     qb.post_recv(RecvWr {
         wr_id: 1,
-        sg_list: vec![b.mr.sge(0, 64)],
+        sg_list: [b.mr.sge(0, 64)].into(),
     })
     .unwrap();
     let w = b.wait(2);

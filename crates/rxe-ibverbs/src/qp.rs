@@ -289,6 +289,49 @@ unsafe fn sges<'a>(sg_list: *const ibv_sge, num_sge: c_int) -> Option<&'a [ibv_s
     }
 }
 
+/// The transport's form of one C send work request (`None`: refused, EINVAL).
+///
+/// # Safety
+/// `cur` must point to a readable `ibv_send_wr` whose SGE list and inline
+/// data are as it describes (ibv_post_send(3)).
+unsafe fn send_wr_of(cur: *mut ibv_send_wr, ud: bool) -> Option<SendWr> {
+    // SAFETY: the caller's request (this function's contract).
+    let w = unsafe { &*cur };
+    // SAFETY: its SGE list as the request describes it.
+    let list = unsafe { sges(w.sg_list, w.num_sge) }?;
+    let mw = (w.opcode == IBV_WR_BIND_MW).then(|| {
+        // bind_mw: the ibv_mw pointer, the new rkey, then the
+        // ibv_mw_bind_info (offsets 80, 88, 96).
+        let b = &w.bind_mw;
+        let info = ibv_mw_bind_info {
+            mr: b[2] as usize as *mut ibv_mr,
+            addr: b[3],
+            length: b[4],
+            mw_access_flags: b[5] as u32,
+        };
+        crate::mw::bind_of(b[0] as usize as *const ibv_mw, b[1] as u32, &info)
+    });
+    let c = CSendWr {
+        wr_id: w.wr_id,
+        opcode: w.opcode,
+        send_flags: w.send_flags,
+        imm_data: w.imm_data,
+        wr: w.wr.0,
+        sges: list,
+        mw: mw.flatten(),
+    };
+    let inline = |s: &[ibv_sge]| {
+        let mut v = Vec::new();
+        for e in s {
+            // SAFETY: ibv_post_send(3): an inline SGE is readable
+            // application memory at post time.
+            unsafe { crate::foreign::copy_in(e.addr, e.length, &mut v) };
+        }
+        v
+    };
+    conv::send_wr_from_c(&c, ud, inline, crate::ah::av_of).ok()
+}
+
 callback! {fn post_send(qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad_wr: *mut *mut ibv_send_wr) -> c_int, fail = libc::EIO, {
     let set_bad = |w: *mut ibv_send_wr| {
         if !bad_wr.is_null() {
@@ -301,59 +344,40 @@ callback! {fn post_send(qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad_wr: *mut *mut
         return libc::EINVAL;
     };
     let ud = q.inner.qp_type() == QpType::Ud;
+    // One request, as nearly every post is: no lists to allocate.
+    // SAFETY: the caller's first work request (ibv_post_send(3)).
+    if !wr.is_null() && unsafe { (*wr).next }.is_null() {
+        // SAFETY: the same request.
+        let Some(s) = (unsafe { send_wr_of(wr, ud) }) else {
+            set_bad(wr);
+            return libc::EINVAL;
+        };
+        return match q.inner.post_send(s) {
+            Ok(()) => 0,
+            Err(e) => {
+                set_bad(wr);
+                errno_of(&e)
+            }
+        };
+    }
     let mut ptrs: Vec<*mut ibv_send_wr> = Vec::new();
     let mut wrs: Vec<SendWr> = Vec::new();
     let mut refused: Option<*mut ibv_send_wr> = None;
     let mut cur = wr;
     while !cur.is_null() {
         // SAFETY: a work request of the caller's NULL-terminated list.
-        let w = unsafe { &*cur };
-        // SAFETY: its SGE list as the request describes it.
-        let Some(list) = (unsafe { sges(w.sg_list, w.num_sge) }) else {
-            refused = Some(cur);
-            break;
-        };
-        let mw = (w.opcode == IBV_WR_BIND_MW).then(|| {
-            // bind_mw: the ibv_mw pointer, the new rkey, then the
-            // ibv_mw_bind_info (offsets 80, 88, 96).
-            let b = &w.bind_mw;
-            let info = ibv_mw_bind_info {
-                mr: b[2] as usize as *mut ibv_mr,
-                addr: b[3],
-                length: b[4],
-                mw_access_flags: b[5] as u32,
-            };
-            crate::mw::bind_of(b[0] as usize as *const ibv_mw, b[1] as u32, &info)
-        });
-        let c = CSendWr {
-            wr_id: w.wr_id,
-            opcode: w.opcode,
-            send_flags: w.send_flags,
-            imm_data: w.imm_data,
-            wr: w.wr.0,
-            sges: list,
-            mw: mw.flatten(),
-        };
-        let inline = |s: &[ibv_sge]| {
-            let mut v = Vec::new();
-            for e in s {
-                // SAFETY: ibv_post_send(3): an inline SGE is readable
-                // application memory at post time.
-                unsafe { crate::foreign::copy_in(e.addr, e.length, &mut v) };
-            }
-            v
-        };
-        match conv::send_wr_from_c(&c, ud, inline, crate::ah::av_of) {
-            Ok(s) => {
+        match unsafe { send_wr_of(cur, ud) } {
+            Some(s) => {
                 wrs.push(s);
                 ptrs.push(cur);
             }
-            Err(_) => {
+            None => {
                 refused = Some(cur);
                 break;
             }
         }
-        cur = w.next;
+        // SAFETY: the same request.
+        cur = unsafe { (*cur).next };
     }
     // The requests before a refused one are posted, as a provider does.
     if !wrs.is_empty() {

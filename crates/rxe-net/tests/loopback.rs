@@ -261,7 +261,7 @@ fn rc_and_ud_over_loopback_with_a_tap() {
                 qb,
                 RecvWr {
                     wr_id: 1,
-                    sg_list: vec![sge(0x9000, 3000, kb)],
+                    sg_list: [sge(0x9000, 3000, kb)].into(),
                 },
             )
             .unwrap()
@@ -384,7 +384,7 @@ fn rc_and_ud_over_loopback_with_a_tap() {
                 ub,
                 RecvWr {
                     wr_id: 2,
-                    sg_list: vec![sge(0xb_0000, 240, kg)],
+                    sg_list: [sge(0xb_0000, 240, kg)].into(),
                 },
             )
             .unwrap()
@@ -560,7 +560,7 @@ fn rc_over_ipv6_loopback_to_itself() {
                 qb,
                 RecvWr {
                     wr_id: 1,
-                    sg_list: vec![sge(0x9000, 2500, kb)],
+                    sg_list: [sge(0x9000, 2500, kb)].into(),
                 },
             )
             .unwrap();

@@ -95,7 +95,7 @@ async fn exchange(
     let sqp = child.create_qp(&spd, &rc(&scq))?;
     sqp.post_recv(RecvWr {
         wr_id: 1,
-        sg_list: vec![smr.sge(0, 4096)],
+        sg_list: [smr.sge(0, 4096)].into(),
     })?;
     child.accept(&ConnParam::default())?;
     let RdmaCmEvent::Established { .. } = event(&cch).await? else {

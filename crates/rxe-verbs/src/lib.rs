@@ -74,6 +74,6 @@ pub use srq::{Srq, SrqInitAttr};
 pub use rxe_core::transport::{
     AccessFlags, AddressVector, AltPath, AttrMask, CongestionConfig, DcqcnParams, MigState, MwBind,
     MwType, PathMtu, PostError, Psn, QpAttr, QpState, QpType, RecvWr, RegMr, SendData, SendOp,
-    SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion, WorkQueue,
+    SendWr, Sge, SgeList, UdDest, WcOpcode, WcStatus, WorkCompletion, WorkQueue,
 };
 pub use rxe_core::Gid;

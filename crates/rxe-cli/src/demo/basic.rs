@@ -10,7 +10,7 @@ impl Demo<'_> {
         let msg = text(64, "SEND");
         b.rc.post_recv(RecvWr {
             wr_id: 1,
-            sg_list: vec![b.mr.sge(SEND_AT, 256)],
+            sg_list: [b.mr.sge(SEND_AT, 256)].into(),
         })?;
         a.mr.write(0, &msg)?;
         a.rc.post_send(send_wr(
@@ -38,7 +38,7 @@ impl Demo<'_> {
         // The immediate data consumes a receive (with no buffer needed).
         b.rc.post_recv(RecvWr {
             wr_id: 2,
-            sg_list: vec![],
+            sg_list: Default::default(),
         })?;
         a.mr.write(0, &data)?;
         a.rc.post_send(send_wr(
@@ -137,7 +137,7 @@ impl Demo<'_> {
         let msg = text(100, "UD");
         b.ud.post_recv(RecvWr {
             wr_id: 6,
-            sg_list: vec![b.mr.sge(UD_AT, (GRH_LEN + 256) as u32)],
+            sg_list: [b.mr.sge(UD_AT, (GRH_LEN + 256) as u32)].into(),
         })?;
         let ah = a.pd.create_ah(&AhAttr {
             dgid: Gid::from(b.ip),

@@ -62,7 +62,7 @@ impl Perf<'_> {
         self.qps[q]
             .post_recv(RecvWr {
                 wr_id: slot,
-                sg_list: vec![self.mrs[q].sge(off as usize, self.cfg.size as u32)],
+                sg_list: [self.mrs[q].sge(off as usize, self.cfg.size as u32)].into(),
             })
             .context("couldn't post a receive")
     }

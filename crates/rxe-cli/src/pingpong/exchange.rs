@@ -36,9 +36,10 @@ impl Pingpong {
             };
             let wr = RecvWr {
                 wr_id: (slot as u64) << 2 | RECV_WRID,
-                sg_list: vec![self
+                sg_list: [self
                     .mr
-                    .sge(self.slot_offset(slot), self.cfg.recv_len() as u32)],
+                    .sge(self.slot_offset(slot), self.cfg.recv_len() as u32)]
+                .into(),
             };
             let r = match &self.srq {
                 Some(s) => s.post_recv(wr),

@@ -194,11 +194,12 @@ fn ud_send(ep: &mut Endpoint, mem: &mut VecMemory, qpn: u32, data: &[u8]) {
 fn rwr(wr_id: u64, key: Key, va: u64, len: u32) -> RecvWr {
     RecvWr {
         wr_id,
-        sg_list: vec![Sge {
+        sg_list: [Sge {
             addr: va,
             length: len,
             lkey: key.raw(),
-        }],
+        }]
+        .into(),
     }
 }
 
@@ -379,7 +380,7 @@ fn post_recv_on_an_srq_qp_is_refused() {
     for q in [rc, ud] {
         let wr = RecvWr {
             wr_id: 1,
-            sg_list: vec![],
+            sg_list: Default::default(),
         };
         assert_eq!(ep.post_recv(q, wr), Err(PostError::QpHasSrq));
     }
@@ -387,7 +388,7 @@ fn post_recv_on_an_srq_qp_is_refused() {
     to_state(&mut ep, rc, QpState::Reset);
     let wr = RecvWr {
         wr_id: 1,
-        sg_list: vec![],
+        sg_list: Default::default(),
     };
     assert_eq!(ep.post_recv(rc, wr), Err(PostError::QpHasSrq));
     assert_eq!(ep.query_srq(srqn).unwrap().queued, 0);

@@ -127,5 +127,6 @@ pub use window::{
     FIRST_WINDOW_INDEX,
 };
 pub use wr::{
-    RecvWr, SendData, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion, WorkQueue,
+    RecvWr, SendData, SendOp, SendWr, Sge, SgeList, UdDest, WcOpcode, WcStatus, WorkCompletion,
+    WorkQueue,
 };

@@ -812,7 +812,10 @@ pub fn ud_wr(wr_id: u64, dest: UdDest, imm: Option<u32>, data: SendData) -> Send
 }
 
 pub fn recv_wr(wr_id: u64, sg_list: Vec<Sge>) -> RecvWr {
-    RecvWr { wr_id, sg_list }
+    RecvWr {
+        wr_id,
+        sg_list: sg_list.into(),
+    }
 }
 
 /// Splits `len` bytes into up to `max` consecutive pieces at random points.

@@ -100,7 +100,7 @@ impl Gsi {
     fn post_recv(&self, slot: usize) -> Result<()> {
         self.qp.post_recv(RecvWr {
             wr_id: slot as u64,
-            sg_list: vec![self.recv.sge(slot * SLOT, SLOT as u32)],
+            sg_list: [self.recv.sge(slot * SLOT, SLOT as u32)].into(),
         })
     }
 

@@ -164,11 +164,12 @@ impl H {
         let (k, va) = self.region(len as usize, 0xee, AccessFlags::LOCAL_WRITE);
         let wr = RecvWr {
             wr_id,
-            sg_list: vec![Sge {
+            sg_list: [Sge {
                 addr: va,
                 length: len,
                 lkey: k.raw(),
-            }],
+            }]
+            .into(),
         };
         match self.srq.as_mut() {
             Some(srq) => srq.post(wr).unwrap(),
@@ -319,7 +320,10 @@ fn post_recv_checks_state_sges_depth_and_length() {
         length,
         lkey: 1,
     };
-    let wr = |sg_list| RecvWr { wr_id: 1, sg_list };
+    let wr = |sg_list: Vec<Sge>| RecvWr {
+        wr_id: 1,
+        sg_list: sg_list.into(),
+    };
     // RESET: refused (IBTA 10.3.1; kernel rxe likewise).
     assert_eq!(r.post_recv(&c, wr(vec![sge(8)])), Err(PostError::BadState));
     c.config = step(
@@ -378,7 +382,7 @@ fn post_recv_in_err_is_flushed_by_the_endpoint() {
         qpn,
         RecvWr {
             wr_id: 9,
-            sg_list: vec![],
+            sg_list: Default::default(),
         },
     )
     .unwrap();
@@ -451,7 +455,13 @@ fn multi_packet_send_scatters_over_sges_with_immediate() {
         },
     ];
     h.resp
-        .post_recv(&h.c, RecvWr { wr_id: 7, sg_list })
+        .post_recv(
+            &h.c,
+            RecvWr {
+                wr_id: 7,
+                sg_list: sg_list.into(),
+            },
+        )
         .unwrap();
     let data = bytes(2 * MTU + 10, 3);
     h.rx(Opcode::RC_SEND_FIRST, RQ_PSN, false, none(), &data[..MTU]);
@@ -743,7 +753,13 @@ fn bad_receive_buffer_is_loc_prot_err_and_remote_operational_error() {
         lkey: k.raw(),
     }];
     h.resp
-        .post_recv(&h.c, RecvWr { wr_id: 3, sg_list })
+        .post_recv(
+            &h.c,
+            RecvWr {
+                wr_id: 3,
+                sg_list: sg_list.into(),
+            },
+        )
         .unwrap();
     h.rx(Opcode::RC_SEND_ONLY, RQ_PSN, true, none(), b"x");
     assert_eq!(h.wcs()[0].status, WcStatus::LocProtErr);
@@ -1397,7 +1413,7 @@ fn srq_send_takes_from_the_srq_with_rnr_when_it_is_empty() {
     // The QP has no receive queue of its own.
     let wr = RecvWr {
         wr_id: 9,
-        sg_list: vec![],
+        sg_list: Default::default(),
     };
     assert_eq!(h.resp.post_recv(&h.c, wr), Err(PostError::QpHasSrq));
     // Empty SRQ: RNR NAK, expected PSN unchanged.
@@ -1674,7 +1690,8 @@ mod srq {
                     lkey: 7,
                 };
                 sges
-            ],
+            ]
+            .into(),
         }
     }
 

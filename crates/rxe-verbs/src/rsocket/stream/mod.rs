@@ -391,7 +391,7 @@ impl RStream {
     fn post_recv(&self) -> Result<(), RsError> {
         self.res.qp.post_recv(RecvWr {
             wr_id: RECV_FLAG,
-            sg_list: Vec::new(),
+            sg_list: Default::default(),
         })?;
         Ok(())
     }
@@ -926,7 +926,7 @@ impl Resources {
         for _ in 0..rq {
             r.qp.post_recv(RecvWr {
                 wr_id: RECV_FLAG,
-                sg_list: Vec::new(),
+                sg_list: Default::default(),
             })?;
         }
         Ok(r)
