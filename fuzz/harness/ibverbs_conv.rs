@@ -155,7 +155,7 @@ fn send_wr(b: &mut Bytes<'_>, out: &mut Outcome) {
         ud,
         |s| {
             assert_eq!(s.len(), sges.len(), "inline sees the WR's SGEs");
-            inline_bytes.clone()
+            inline_bytes[..].into()
         },
         |ah| {
             asked = Some(ah);
@@ -198,7 +198,7 @@ fn send_wr(b: &mut Bytes<'_>, out: &mut Outcome) {
             match &s.data {
                 SendData::Inline(v) => {
                     assert!(inline, "inline data without IBV_SEND_INLINE");
-                    assert_eq!(v, &inline_bytes[..]);
+                    assert_eq!(&v[..], &inline_bytes[..]);
                 }
                 gathered => {
                     let v = gathered.sge_list();

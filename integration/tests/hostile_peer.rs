@@ -785,7 +785,7 @@ fn ghost_responses_are_dropped() {
     l.qp.post_send(SendWr {
         wr_id: 99,
         op: SendOp::Send,
-        data: SendData::Inline(b"victim's send".to_vec()),
+        data: SendData::Inline(b"victim's send"[..].into()),
         signaled: true,
         fence: false,
         solicited: false,

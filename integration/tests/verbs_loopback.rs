@@ -73,7 +73,7 @@ fn rc_every_operation_between_two_devices() {
     // SEND with immediate, inline.
     qb.post_recv(recv_wr(3, vec![b.mr.sge(0, 64)])).unwrap();
     qa.post_send(SendWr {
-        data: SendData::Inline(b"inline hello".to_vec()),
+        data: SendData::Inline(b"inline hello"[..].into()),
         ..send_wr(4, SendOp::SendWithImm { imm: 0xdead_beef }, vec![])
     })
     .unwrap();
@@ -1058,7 +1058,7 @@ fn inline_data_larger_than_the_cap_is_refused_at_post_time() {
     let (qa, _qb) = pair(&a, &b, QpType::Rc);
     let max = qa.query().unwrap().cap.max_inline_data;
     let inline = |wr_id, len| SendWr {
-        data: SendData::Inline(vec![7; len]),
+        data: SendData::Inline(vec![7; len].into()),
         ..send_wr(wr_id, SendOp::Send, vec![])
     };
     let e = qa.post_send(inline(1, max as usize + 1)).unwrap_err();

@@ -338,7 +338,7 @@ fn atomic_write_and_flush_between_two_qps() {
             .unwrap();
     let v = 0x0123_4567_89ab_cdefu64.to_ne_bytes();
     let aw = SendWr {
-        data: SendData::Inline(v.to_vec()),
+        data: SendData::Inline(v[..].into()),
         ..send_wr(
             1,
             SendOp::AtomicWrite {

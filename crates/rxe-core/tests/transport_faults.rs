@@ -1128,15 +1128,24 @@ fn pkey_partitions() {
     );
     sim.nodes[0]
         .ep
-        .post_send(tx_lim, ud_wr(1, d_ud, None, SendData::Inline(vec![1; 16])))
+        .post_send(
+            tx_lim,
+            ud_wr(1, d_ud, None, SendData::Inline(vec![1; 16].into())),
+        )
         .unwrap();
     sim.nodes[0]
         .ep
-        .post_send(tx_full, ud_wr(2, d_ud, None, SendData::Inline(vec![2; 16])))
+        .post_send(
+            tx_full,
+            ud_wr(2, d_ud, None, SendData::Inline(vec![2; 16].into())),
+        )
         .unwrap();
     sim.nodes[0]
         .ep
-        .post_send(tx_gsi, ud_wr(3, d_gsi, None, SendData::Inline(vec![3; 16])))
+        .post_send(
+            tx_gsi,
+            ud_wr(3, d_gsi, None, SendData::Inline(vec![3; 16].into())),
+        )
         .unwrap();
     sim.run_until_idle();
     assert_eq!(

@@ -597,7 +597,7 @@ fn atomic_write_flush_seed(seed: u64) {
                     remote_addr: at,
                     rkey: tgt.raw(),
                 },
-                SendData::Inline(bytes.to_vec()),
+                SendData::Inline(bytes[..].into()),
                 WcOpcode::AtomicWrite,
             ),
             _ => (
@@ -682,10 +682,10 @@ fn atomic_write_and_flush_post_time_checks() {
     let ep = &mut sim.nodes[0].ep;
     let post =
         |ep: &mut rxe_core::transport::Endpoint, q, op, data| ep.post_send(q, send_wr(1, op, data));
-    let eight = || SendData::Inline(vec![0; 8]);
+    let eight = || SendData::Inline(vec![0; 8].into());
     assert_eq!(post(ep, qa, aw(4), eight()), Err(PostError::BadAtomic));
     assert_eq!(
-        post(ep, qa, aw(8), SendData::Inline(vec![0; 7])),
+        post(ep, qa, aw(8), SendData::Inline(vec![0; 7].into())),
         Err(PostError::BadAtomic)
     );
     assert_eq!(post(ep, ua, aw(8), eight()), Err(PostError::OpNotSupported));

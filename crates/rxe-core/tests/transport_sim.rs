@@ -61,7 +61,7 @@ fn gather(
         bytes.extend_from_slice(&src[off..off + p]);
     }
     if inline_ok && len <= 256 && rng.chance(0.2) {
-        return (SendData::Inline(bytes.clone()), bytes);
+        return (SendData::Inline(bytes.clone().into()), bytes);
     }
     (SendData::Sges(sges), bytes)
 }
@@ -907,7 +907,7 @@ fn ud_seed(seed: u64) {
             };
             let imm = rng.chance(0.5).then(|| rng.next_u32());
             let data = if len <= 256 && rng.chance(0.3) {
-                SendData::Inline(bytes.clone())
+                SendData::Inline(bytes.clone().into())
             } else {
                 sim.nodes[node].mem.bytes_mut(src_key).unwrap()[i * max..i * max + 4]
                     .copy_from_slice(&id.to_le_bytes());

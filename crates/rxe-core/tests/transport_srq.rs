@@ -217,7 +217,7 @@ fn srq_seed(seed: u64, cov: &mut Coverage) {
         for (k, m) in c.msgs.iter().enumerate() {
             let len = m.data.len();
             let data = if len > 0 && len <= 64 && rng.chance(0.3) {
-                SendData::Inline(m.data.clone())
+                SendData::Inline(m.data.clone().into())
             } else if len == 0 {
                 SendData::Sges(vec![])
             } else {
@@ -423,7 +423,10 @@ fn srq_seed(seed: u64, cov: &mut Coverage) {
     // second Last WQE Reached.
     sim.nodes[0]
         .ep
-        .post_send(victim, send_wr(77, SendOp::Send, SendData::Inline(vec![])))
+        .post_send(
+            victim,
+            send_wr(77, SendOp::Send, SendData::Inline(vec![].into())),
+        )
         .expect("post_send in ERR");
     sim.run_until_idle();
     let flushed: Vec<(u64, WcStatus, WorkQueue)> = sim.nodes[0]

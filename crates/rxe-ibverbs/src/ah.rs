@@ -99,7 +99,7 @@ fn attr_from_wc(
     }
     // SAFETY: the caller's completion.
     let w = unsafe { &*wc };
-    let mut g = Vec::with_capacity(40);
+    let mut g = rxe_verbs::InlineData::new();
     // SAFETY: ibv_create_ah_from_wc(3): grh points to the 40-byte GRH
     // space of the receive buffer.
     unsafe { crate::foreign::copy_in(grh as usize as u64, 40, &mut g) };

@@ -4,8 +4,8 @@
 
 use rxe_core::transport::{AltPath, Attr, Psn};
 use rxe_verbs::{
-    AccessFlags, AddressVector, AttrMask, MigState, MwBind, PathMtu, QpAttr, QpCap, QpInfo,
-    QpState, SendData, SendOp, SendWr, Sge, UdDest, WcOpcode, WorkCompletion,
+    AccessFlags, AddressVector, AttrMask, InlineData, MigState, MwBind, PathMtu, QpAttr, QpCap,
+    QpInfo, QpState, SendData, SendOp, SendWr, Sge, UdDest, WcOpcode, WorkCompletion,
 };
 use rxe_verbs_abi::consts::*;
 use rxe_verbs_abi::*;
@@ -93,7 +93,7 @@ pub enum WrError {
 pub fn send_wr_from_c(
     w: &CSendWr<'_>,
     ud: bool,
-    inline: impl FnOnce(&[ibv_sge]) -> Vec<u8>,
+    inline: impl FnOnce(&[ibv_sge]) -> InlineData,
     ah: impl FnOnce(u64) -> Option<AddressVector>,
 ) -> Result<SendWr, WrError> {
     let rkey32 = |x: u64| x as u32;
@@ -407,7 +407,7 @@ mod tests {
                 &sge,
             ),
             false,
-            |_| vec![],
+            |_| InlineData::new(),
             no_ah,
         )
         .unwrap();
@@ -431,7 +431,7 @@ mod tests {
         let a = send_wr_from_c(
             &wr(IBV_WR_ATOMIC_CMP_AND_SWP, 0, [0x40, 1, 2, 99], &sge),
             false,
-            |_| vec![],
+            |_| InlineData::new(),
             no_ah,
         )
         .unwrap();
@@ -447,7 +447,7 @@ mod tests {
         let f = send_wr_from_c(
             &wr(IBV_WR_ATOMIC_FETCH_AND_ADD, 0, [0x40, 3, 0, 98], &sge),
             false,
-            |_| vec![],
+            |_| InlineData::new(),
             no_ah,
         )
         .unwrap();
@@ -467,17 +467,17 @@ mod tests {
                 &sge,
             ),
             false,
-            |_| vec![1, 2],
+            |_| vec![1, 2].into(),
             no_ah,
         )
         .unwrap();
-        assert_eq!(i.data, SendData::Inline(vec![1, 2]));
+        assert_eq!(i.data, SendData::Inline(vec![1, 2].into()));
         assert!(i.solicited);
         // Inline is ignored for READ (the SGE is where the data lands).
         let r = send_wr_from_c(
             &wr(IBV_WR_RDMA_READ, IBV_SEND_INLINE, [1, 2, 0, 0], &sge),
             false,
-            |_| vec![1],
+            |_| vec![1].into(),
             no_ah,
         )
         .unwrap();
@@ -488,7 +488,7 @@ mod tests {
             send_wr_from_c(
                 &wr(IBV_WR_BIND_MW, 0, [0; 4], &sge),
                 false,
-                |_| vec![],
+                |_| InlineData::new(),
                 no_ah
             ),
             Err(WrError::BadMw)
@@ -508,7 +508,7 @@ mod tests {
                 ..wr(IBV_WR_BIND_MW, IBV_SEND_SIGNALED, [0; 4], &sge)
             },
             true,
-            |_| vec![],
+            |_| InlineData::new(),
             no_ah,
         )
         .unwrap();
@@ -519,7 +519,7 @@ mod tests {
         let l = send_wr_from_c(
             &wr(IBV_WR_LOCAL_INV, IBV_SEND_INLINE, [0; 4], &sge),
             false,
-            |_| vec![1],
+            |_| vec![1].into(),
             no_ah,
         )
         .unwrap();
@@ -533,11 +533,11 @@ mod tests {
             )
         );
         assert_eq!(
-            send_wr_from_c(&wr(12, 0, [0; 4], &sge), false, |_| vec![], no_ah),
+            send_wr_from_c(&wr(12, 0, [0; 4], &sge), false, |_| InlineData::new(), no_ah),
             Err(WrError::Opcode)
         );
         assert_eq!(
-            send_wr_from_c(&wr(IBV_WR_SEND, 0, [0; 4], &sge), true, |_| vec![], no_ah),
+            send_wr_from_c(&wr(IBV_WR_SEND, 0, [0; 4], &sge), true, |_| InlineData::new(), no_ah),
             Err(WrError::BadAh)
         );
         let av = AddressVector {
@@ -557,7 +557,7 @@ mod tests {
                 &sge,
             ),
             true,
-            |_| vec![],
+            |_| InlineData::new(),
             |p| (p == 0x5000).then_some(av),
         )
         .unwrap();

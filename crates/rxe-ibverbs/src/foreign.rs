@@ -20,6 +20,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
 
 use rxe_verbs::shared_buffer::{OutOfRange, RegionBytes};
+use rxe_verbs::InlineData;
 
 /// `len` bytes of someone else's memory at `ptr`.
 #[derive(Debug)]
@@ -132,7 +133,7 @@ impl RegionBytes for ForeignBytes {
 /// # Safety
 /// `addr..addr+len` must be readable, as `ibv_post_send(3)` requires of an
 /// inline SGE.
-pub unsafe fn copy_in(addr: u64, len: u32, out: &mut Vec<u8>) {
+pub unsafe fn copy_in(addr: u64, len: u32, out: &mut InlineData) {
     if len == 0 {
         return;
     }
@@ -229,10 +230,10 @@ mod tests {
     #[test]
     fn inline_copies_take_the_bytes_now() {
         let src = [7u8, 8, 9];
-        let mut out = vec![1];
+        let mut out = InlineData::from_slice(&[1]);
         // SAFETY: src is readable for 3 bytes.
         unsafe { copy_in(src.as_ptr() as u64, 3, &mut out) };
-        assert_eq!(out, [1, 7, 8, 9]);
+        assert_eq!(out[..], [1, 7, 8, 9]);
         // SAFETY: zero length reads nothing.
         unsafe { copy_in(0, 0, &mut out) };
         assert_eq!(out.len(), 4);

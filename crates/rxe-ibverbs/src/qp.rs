@@ -4,7 +4,7 @@
 
 use std::ffi::{c_int, c_void};
 
-use rxe_verbs::{Gid, QpCap, QpInitAttr, QpType, RecvWr, SendWr, Sge};
+use rxe_verbs::{Gid, InlineData, QpCap, QpInitAttr, QpType, RecvWr, SendWr, Sge};
 use rxe_verbs_abi::consts::*;
 use rxe_verbs_abi::*;
 
@@ -321,7 +321,7 @@ unsafe fn send_wr_of(cur: *mut ibv_send_wr, ud: bool) -> Option<SendWr> {
         mw: mw.flatten(),
     };
     let inline = |s: &[ibv_sge]| {
-        let mut v = Vec::new();
+        let mut v = InlineData::new();
         for e in s {
             // SAFETY: ibv_post_send(3): an inline SGE is readable
             // application memory at post time.

@@ -10,7 +10,7 @@
 
 use std::ffi::{c_int, c_void};
 
-use rxe_verbs::{SendData, SendOp, SendWr, Sge, UdDest};
+use rxe_verbs::{InlineData, SendData, SendOp, SendWr, Sge, UdDest};
 use rxe_verbs_abi::consts::*;
 use rxe_verbs_abi::*;
 
@@ -178,7 +178,7 @@ callback! {fn wr_set_sge_list(qp: *mut ibv_qp_ex, num_sge: usize, sg_list: *cons
 callback! {fn wr_set_inline_data(qp: *mut ibv_qp_ex, addr: *mut c_void, length: usize) -> (), fail = (), {
     last(qp, |w| {
         let len = u32::try_from(length).map_err(|_| libc::EINVAL)?;
-        let mut v = Vec::new();
+        let mut v = InlineData::new();
         // SAFETY: ibv_wr_set_inline_data(3): addr..addr+length is readable
         // now; the bytes are copied at once.
         unsafe { crate::foreign::copy_in(addr as usize as u64, len, &mut v) };
@@ -192,7 +192,7 @@ callback! {fn wr_set_inline_data_list(qp: *mut ibv_qp_ex, num_buf: usize, buf_li
         if num_buf > 0 && buf_list.is_null() {
             return Err(libc::EINVAL);
         }
-        let mut v = Vec::new();
+        let mut v = InlineData::new();
         for i in 0..num_buf {
             // SAFETY: the caller's array of num_buf entries.
             let b = unsafe { &*buf_list.add(i) };
@@ -238,7 +238,7 @@ callback! {fn wr_atomic_write(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64, a
             b.err.get_or_insert(libc::EINVAL);
         });
     }
-    let mut v = Vec::new();
+    let mut v = InlineData::new();
     // SAFETY: ibv_wr_atomic_write(3): atomic_wr points to the 8 bytes to
     // write, read now.
     unsafe { crate::foreign::copy_in(atomic_wr as usize as u64, 8, &mut v) };

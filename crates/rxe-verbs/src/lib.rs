@@ -72,8 +72,8 @@ pub use spin_wait::SpinWait;
 pub use srq::{Srq, SrqInitAttr};
 
 pub use rxe_core::transport::{
-    AccessFlags, AddressVector, AltPath, AttrMask, CongestionConfig, DcqcnParams, MigState, MwBind,
-    MwType, PathMtu, PostError, Psn, QpAttr, QpState, QpType, RecvWr, RegMr, SendData, SendOp,
-    SendWr, Sge, SgeList, UdDest, WcOpcode, WcStatus, WorkCompletion, WorkQueue,
+    AccessFlags, AddressVector, AltPath, AttrMask, CongestionConfig, DcqcnParams, InlineData,
+    MigState, MwBind, MwType, PathMtu, PostError, Psn, QpAttr, QpState, QpType, RecvWr, RegMr,
+    SendData, SendOp, SendWr, Sge, SgeList, UdDest, WcOpcode, WcStatus, WorkCompletion, WorkQueue,
 };
 pub use rxe_core::Gid;

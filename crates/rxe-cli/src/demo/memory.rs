@@ -59,7 +59,7 @@ impl Demo<'_> {
                 remote_addr: b.mr.addr() + at as u64,
                 rkey: b.mr.rkey(),
             },
-            SendData::Inline(v.to_ne_bytes().to_vec()),
+            SendData::Inline(v.to_ne_bytes()[..].into()),
         ))?;
         expect_wc(&a.cq, WcOpcode::AtomicWrite, "A")?;
         let now = b.mr.load_u64(at)?;

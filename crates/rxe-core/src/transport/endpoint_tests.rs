@@ -507,7 +507,7 @@ fn qp_error_flushes_only_its_taken_wqe_and_raises_last_wqe_reached_once() {
     let swr = SendWr {
         wr_id: 50,
         op: crate::transport::SendOp::Send,
-        data: crate::transport::SendData::Inline(vec![]),
+        data: crate::transport::SendData::Inline(vec![].into()),
         signaled: true,
         fence: false,
         solicited: false,

@@ -127,6 +127,6 @@ pub use window::{
     FIRST_WINDOW_INDEX,
 };
 pub use wr::{
-    RecvWr, SendData, SendOp, SendWr, Sge, SgeList, UdDest, WcOpcode, WcStatus, WorkCompletion,
-    WorkQueue,
+    InlineData, RecvWr, SendData, SendOp, SendWr, Sge, SgeList, UdDest, WcOpcode, WcStatus,
+    WorkCompletion, WorkQueue,
 };

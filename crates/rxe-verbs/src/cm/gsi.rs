@@ -109,7 +109,7 @@ impl Gsi {
         self.qp.post_send(SendWr {
             wr_id: 0,
             op: SendOp::Send,
-            data: SendData::Inline(mad.to_vec()),
+            data: SendData::Inline(mad[..].into()),
             signaled: false,
             fence: false,
             solicited: false,

@@ -445,7 +445,7 @@ mod requester {
         let sges = vec![r.src_sge(0, 100), r.src_sge(1000, 0), r.src_sge(500, 300)];
         r.post(r.wr(1, SendOp::Send, sges)).unwrap();
         let mut wr = r.wr(2, SendOp::Send, vec![]);
-        wr.data = SendData::Inline(vec![9; 200]);
+        wr.data = SendData::Inline(vec![9; 200].into());
         r.post(wr).unwrap();
         let pkts = r.drain();
         let mut got = Vec::new();
@@ -706,7 +706,7 @@ mod requester {
             Err(PostError::TooManySges { given: 5, max: 4 })
         );
         let mut wr = send(&r, vec![]);
-        wr.data = SendData::Inline(vec![0; 257]);
+        wr.data = SendData::Inline(vec![0; 257].into());
         assert_eq!(
             r.post(wr),
             Err(PostError::InlineTooLarge {

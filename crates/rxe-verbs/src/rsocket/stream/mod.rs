@@ -439,7 +439,7 @@ impl RStream {
                 .remote_sgl
                 .addr
                 .wrapping_add(u64::from(st.remote_sge) * SGE_LEN as u64);
-            self.post_write_msg(SendData::Inline(bytes.to_vec()), imm, at, st.remote_sgl.key)?;
+            self.post_write_msg(SendData::Inline(bytes.into()), imm, at, st.remote_sgl.key)?;
             st.rbuf_bytes_avail -= st.rbuf_size >> 1;
             st.rbuf_free_offset += st.rbuf_size >> 1;
             if st.rbuf_free_offset >= st.rbuf_size {
@@ -660,7 +660,7 @@ impl RStream {
     fn stage(&self, st: &mut State, bytes: &[u8]) -> Result<SendData, RsError> {
         let len = bytes.len() as u32;
         Ok(if len <= st.sq_inline {
-            SendData::Inline(bytes.to_vec())
+            SendData::Inline(bytes.into())
         } else {
             let room = st.sbuf_size - st.ssgl_off;
             let smr = &self.res.smr;
