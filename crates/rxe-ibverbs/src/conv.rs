@@ -533,11 +533,21 @@ mod tests {
             )
         );
         assert_eq!(
-            send_wr_from_c(&wr(12, 0, [0; 4], &sge), false, |_| InlineData::new(), no_ah),
+            send_wr_from_c(
+                &wr(12, 0, [0; 4], &sge),
+                false,
+                |_| InlineData::new(),
+                no_ah
+            ),
             Err(WrError::Opcode)
         );
         assert_eq!(
-            send_wr_from_c(&wr(IBV_WR_SEND, 0, [0; 4], &sge), true, |_| InlineData::new(), no_ah),
+            send_wr_from_c(
+                &wr(IBV_WR_SEND, 0, [0; 4], &sge),
+                true,
+                |_| InlineData::new(),
+                no_ah
+            ),
             Err(WrError::BadAh)
         );
         let av = AddressVector {

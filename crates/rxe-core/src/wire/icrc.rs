@@ -42,6 +42,9 @@ pub enum IcrcScope<'a> {
 /// (60) or IPv6/GRH (40), plus UDP (8).
 const MAX_PREFIX: usize = 60 + 8;
 
+/// The masked LRH (or its 8 bytes of ones), network and UDP headers and BTH.
+const HEAD_MAX: usize = 8 + MAX_PREFIX + bth::HEADER_LEN;
+
 /// Computes the ICRC of `transport`: the bytes from the start of the BTH
 /// to the end of the pad (the ICRC itself excluded). Returns `None` if the
 /// headers are shorter than their fixed parts (the caller parsed them, so
@@ -50,23 +53,23 @@ pub fn compute(scope: &IcrcScope<'_>, transport: &[u8]) -> Option<u32> {
     if transport.len() < bth::HEADER_LEN {
         return None;
     }
-    let mut h = crc32fast::Hasher::new();
+    // The masked headers go in as one piece: each `update` dispatches on
+    // the CPU's features, and for short pieces that was most of the cost
+    // (`cargo bench -p rxe-core --bench icrc`).
+    let mut head = [0u8; HEAD_MAX];
     match *scope {
         IcrcScope::IbLocal { lrh } => {
             let lrh: &[u8; 8] = lrh.try_into().ok()?;
-            let mut masked = *lrh;
-            masked[0] |= 0xf0; // VL
-            h.update(&masked);
+            head[..8].copy_from_slice(lrh);
+            head[0] |= 0xf0; // VL
         }
-        _ => h.update(&[0xff; 8]),
+        _ => head[..8].fill(0xff),
     }
-    let mut prefix = [0u8; MAX_PREFIX];
-    let n = mask_prefix(scope, &mut prefix)?;
-    h.update(&prefix[..n]);
-    let mut bth = [0u8; bth::HEADER_LEN];
-    bth.copy_from_slice(&transport[..bth::HEADER_LEN]);
-    bth[4] = 0xff;
-    h.update(&bth);
+    let n = 8 + mask_prefix(scope, (&mut head[8..8 + MAX_PREFIX]).try_into().ok()?)?;
+    head[n..n + bth::HEADER_LEN].copy_from_slice(&transport[..bth::HEADER_LEN]);
+    head[n + 4] = 0xff;
+    let mut h = crc32fast::Hasher::new();
+    h.update(&head[..n + bth::HEADER_LEN]);
     h.update(&transport[bth::HEADER_LEN..]);
     Some(h.finalize())
 }
@@ -226,12 +229,35 @@ const fn mat_apply_const(m: &Matrix, v: u32) -> u32 {
     r
 }
 
-/// `m` applied to `v`, without branches on the data.
+/// A linear map from `4 * N` bits as `N` lookup tables, one per nibble of
+/// the input: `t[i][x]` is the image of `x << 4 * i`. Applying it is `N`
+/// lookups where a matrix is one step per input bit (the solve's maps were
+/// a third of its cost, `cargo bench -p rxe-core --bench icrc`).
+type Tables<T, const N: usize> = [[T; 16]; N];
+
+/// `m`, whose columns are the images of the input bits, as nibble tables.
+const fn tables32<const N: usize>(m: &[u32]) -> Tables<u32, N> {
+    let mut t = [[0u32; 16]; N];
+    let mut i = 0;
+    while i < N {
+        let mut x = 1;
+        while x < 16 {
+            // x without its lowest bit is already done: add that bit's column.
+            let low = x & (x - 1);
+            t[i][x] = t[i][low] ^ m[4 * i + (x ^ low).trailing_zeros() as usize];
+            x += 1;
+        }
+        i += 1;
+    }
+    t
+}
+
+/// The nibble-table map applied to `v`.
 #[inline]
-fn mat_apply(m: &Matrix, v: u32) -> u32 {
+fn tables_apply32<const N: usize>(t: &Tables<u32, N>, v: u32) -> u32 {
     let mut r = 0;
-    for (j, col) in m.iter().enumerate() {
-        r ^= col & 0u32.wrapping_sub((v >> j) & 1);
+    for (i, row) in t.iter().enumerate() {
+        r ^= row[((v >> (4 * i)) & 15) as usize];
     }
     r
 }
@@ -258,6 +284,17 @@ const UNSHIFT: [Matrix; UNSHIFT_POWERS] = {
             out[p][j] = mat_apply_const(&out[p - 1], out[p - 1][j]);
             j += 1;
         }
+        p += 1;
+    }
+    out
+};
+
+/// `UNSHIFT` as nibble tables, what `unshift` applies.
+const UNSHIFT_TABLES: [Tables<u32, 8>; UNSHIFT_POWERS] = {
+    let mut out = [[[0u32; 16]; 8]; UNSHIFT_POWERS];
+    let mut p = 0;
+    while p < UNSHIFT_POWERS {
+        out[p] = tables32::<8>(&UNSHIFT[p]);
         p += 1;
     }
     out
@@ -317,6 +354,19 @@ const ID_INVERSE: [u16; 32] = {
     out
 };
 
+/// `ID_INVERSE` and `ID_COLUMNS` as nibble tables, what `id_from_delta`
+/// applies.
+const ID_INVERSE_TABLES: Tables<u32, 8> = {
+    let mut wide = [0u32; 32];
+    let mut b = 0;
+    while b < 32 {
+        wide[b] = ID_INVERSE[b] as u32;
+        b += 1;
+    }
+    tables32::<8>(&wide)
+};
+const ID_COLUMNS_TABLES: Tables<u32, 4> = tables32::<4>(&ID_COLUMNS);
+
 /// The register difference, after undoing the shift, that the DF bit
 /// (byte 6 of the IPv4 header, the first byte after the Identification)
 /// contributes: the byte 0x40 fed in, then one zero byte undone.
@@ -326,7 +376,7 @@ const DF_DELTA: u32 = mat_apply_const(&UNSHIFT[0], linear_crc(&[0x40]));
 ///
 /// A receiver sees one segment length over and over (GRO hands over runs
 /// of equal segments), so the map for the length last seen twice in a row
-/// is kept, per thread, as one matrix: one application per packet instead
+/// is kept, per thread, as one map: one application per packet instead
 /// of one per set bit of the length (the solve beyond the CRC was 6.5 % of
 /// a 1 MiB WRITE responder in `perf record`). A length seen once costs what
 /// it did, so lengths that alternate never pay for composing.
@@ -341,19 +391,19 @@ fn unshift(v: u32, n: usize) -> Option<u32> {
                 c.last = n;
                 return None;
             }
-            c.map = unshift_matrix(n);
+            c.map = tables32::<8>(&unshift_matrix(n));
             c.len = n;
         }
-        Some(mat_apply(&c.map, v))
+        Some(tables_apply32(&c.map, v))
     });
     Some(cached.unwrap_or_else(|| unshift_by_powers(v, n)))
 }
 
 /// `unshift` one power of two at a time (`n` below 2^UNSHIFT_POWERS).
 fn unshift_by_powers(mut v: u32, n: usize) -> u32 {
-    for (k, m) in UNSHIFT.iter().enumerate() {
+    for (k, t) in UNSHIFT_TABLES.iter().enumerate() {
         if (n >> k) & 1 != 0 {
-            v = mat_apply(m, v);
+            v = tables_apply32(t, v);
         }
     }
     v
@@ -369,7 +419,7 @@ fn unshift_matrix(n: usize) -> Matrix {
 struct UnshiftCache {
     len: usize,
     last: usize,
-    map: Matrix,
+    map: Tables<u32, 8>,
 }
 
 std::thread_local! {
@@ -377,7 +427,7 @@ std::thread_local! {
         core::cell::RefCell::new(UnshiftCache {
             len: usize::MAX,
             last: usize::MAX,
-            map: [0; 32],
+            map: [[0; 16]; 8],
         })
     };
 }
@@ -386,15 +436,8 @@ std::thread_local! {
 /// if there is one: 16 of the 32 bits determine the ID, the other 16 must
 /// then agree.
 fn id_from_delta(y: u32) -> Option<u16> {
-    let mut id = 0u16;
-    for (b, inv) in ID_INVERSE.iter().enumerate() {
-        id ^= inv & 0u16.wrapping_sub(((y >> b) & 1) as u16);
-    }
-    let mut back = 0u32;
-    for (i, col) in ID_COLUMNS.iter().enumerate() {
-        back ^= col & 0u32.wrapping_sub(u32::from((id >> i) & 1));
-    }
-    (back == y).then_some(id)
+    let id = tables_apply32(&ID_INVERSE_TABLES, y) as u16;
+    (tables_apply32(&ID_COLUMNS_TABLES, u32::from(id)) == y).then_some(id)
 }
 
 /// The register difference between the ICRC carried and the ICRC with ID 0,
@@ -450,9 +493,10 @@ fn id_delta(ip_header: &[u8; 20], udp_header: &[u8; 8], transport_with_icrc: &[u
 /// # Cost
 ///
 /// One ICRC over the packet (with ID 0), then at most 17 32x32 GF(2)
-/// matrix-vector products (one per set bit of the byte count after the ID,
-/// undoing the CRC's shift with precomputed powers of the inverse zero-byte
-/// step), then a 32->16 map and a 16->32 check: no loop over candidate IDs.
+/// maps (one per set bit of the byte count after the ID, undoing the CRC's
+/// shift with precomputed powers of the inverse zero-byte step; one map
+/// for a length that repeats), then a 32->16 map and a 16->32 check, each
+/// map 8 or 4 nibble-table lookups: no loop over candidate IDs.
 pub fn solve_ipv4_id(
     ip_header: &[u8; 20],
     udp_header: &[u8; 8],
@@ -699,9 +743,21 @@ pub(crate) mod tests {
         // The matrix itself: column j is bit j undone.
         let m = unshift_matrix(4134);
         assert_eq!(
-            mat_apply(&m, 0x8000_0001),
+            mat_apply_const(&m, 0x8000_0001),
             unshift_by_powers(0x8000_0001, 4134)
         );
+    }
+
+    proptest! {
+        /// A map as nibble tables gives what its matrix gives.
+        #[test]
+        fn nibble_tables_apply_as_the_matrix(m in proptest::array::uniform32(any::<u32>()), v: u32) {
+            prop_assert_eq!(tables_apply32(&tables32::<8>(&m), v), mat_apply_const(&m, v));
+            prop_assert_eq!(
+                tables_apply32(&tables32::<4>(&m[..16]), v & 0xffff),
+                mat_apply_const(&m, v & 0xffff)
+            );
+        }
     }
 
     /// The linear register after feeding `bytes` into `s`.
