@@ -494,9 +494,13 @@ impl RoceSocket {
                         Some(nix::cmsg_space!(libc::c_int, libc::c_int, libc::c_int)),
                     )
                 });
+                // Only the `n` offered slots are cut from the buffer: an
+                // empty busy poll offers a few of the 64.
                 let mut chunks = data.chunks_mut(*slot_len);
-                let mut iovs: [[IoSliceMut<'_>; 1]; MAX_BATCH] =
-                    std::array::from_fn(|_| [IoSliceMut::new(chunks.next().unwrap_or_default())]);
+                let mut iovs: [[IoSliceMut<'_>; 1]; MAX_BATCH] = std::array::from_fn(|i| {
+                    let chunk = if i < n { chunks.next() } else { None };
+                    [IoSliceMut::new(chunk.unwrap_or_default())]
+                });
                 let mut ctrunc = false;
                 let mut shrunk = false;
                 let got = match nsock::recvmmsg(

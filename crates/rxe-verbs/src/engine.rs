@@ -2,12 +2,12 @@
 //! reaches memory through, the GID table, and where each QP's completions
 //! go. It is what [`rxe_net::Engine`] drives, under the device's lock.
 
-use std::collections::HashMap;
 use std::sync::mpsc;
 use std::sync::Arc;
 
 use rxe_core::transport::{
-    AsyncEvent as CoreEvent, Endpoint, Instant, RecvMeta, Transmit, WorkCompletion, WorkQueue,
+    AsyncEvent as CoreEvent, Endpoint, FastMap, Instant, RecvMeta, Transmit, WorkCompletion,
+    WorkQueue,
 };
 use rxe_core::Gid;
 
@@ -35,7 +35,7 @@ pub(crate) struct Counts {
 pub(crate) struct DeviceEngine {
     pub ep: Endpoint,
     pub mem: MrTable,
-    pub routes: HashMap<u32, QpRoute>,
+    pub routes: FastMap<u32, QpRoute>,
     pub counts: Counts,
     pub next_id: u32,
     /// Whether posts to busy RC QPs are corked (`Device::kick_corked`),
@@ -50,7 +50,7 @@ impl DeviceEngine {
         DeviceEngine {
             ep,
             mem: MrTable::default(),
-            routes: HashMap::new(),
+            routes: FastMap::default(),
             counts: Counts::default(),
             next_id: 1,
             cork: true,

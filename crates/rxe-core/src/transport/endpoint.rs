@@ -34,12 +34,13 @@
 //! answer a ping-pong posts and the ACK of the message it answers leave
 //! and arrive as one datagram.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 
 use super::congestion::{emit_cnp, CongestionConfig, Notifier};
 use super::counters::{Counter, Counters};
 use super::dcqcn::Dcqcn;
 use super::error::{EndpointError, PostError};
+use super::fast_map::FastMap;
 use super::io::{RecvMeta, Transmit};
 use super::memory::MemoryAccess;
 use super::multicast::{McastGroups, MULTICAST_QPN};
@@ -136,9 +137,9 @@ pub struct Endpoint {
     /// The port's GID table, by index (an empty entry is `None`): a
     /// connected QP's source GID is the entry its path names.
     gid_table: Vec<Option<Gid>>,
-    qps: HashMap<u32, Qp>,
+    qps: FastMap<u32, Qp>,
     next_qpn: u32,
-    srqs: HashMap<u32, Srq>,
+    srqs: FastMap<u32, Srq>,
     next_srqn: u32,
     counters: Counters,
     /// QPs that may have something to send, in round-robin order.
@@ -149,7 +150,7 @@ pub struct Endpoint {
     /// (deadline, QPN) of every QP with a timer running.
     timers: BTreeSet<(Instant, u32)>,
     /// Each QP's entry in `timers`.
-    deadline: HashMap<u32, Instant>,
+    deadline: FastMap<u32, Instant>,
     completions: VecDeque<WorkCompletion>,
     events: VecDeque<AsyncEvent>,
     /// Multicast GID -> the UD QPs attached to it.
@@ -177,15 +178,15 @@ impl Endpoint {
             caps,
             pkey_table: vec![0xffff],
             gid_table: Vec::new(),
-            qps: HashMap::new(),
+            qps: FastMap::default(),
             next_qpn: FIRST_QPN,
-            srqs: HashMap::new(),
+            srqs: FastMap::default(),
             next_srqn: FIRST_SRQN,
             counters: Counters::default(),
             ready: VecDeque::new(),
             turn: None,
             timers: BTreeSet::new(),
-            deadline: HashMap::new(),
+            deadline: FastMap::default(),
             completions: VecDeque::new(),
             events: VecDeque::new(),
             mcast: McastGroups::new(),

@@ -34,7 +34,8 @@
 //! - `wr`: work requests and work completions; `io`: what crosses the
 //!   sans-IO boundary with a packet (`Transmit`, `RecvMeta`); `time`: the
 //!   engine's `Instant`; `counters`: every refused packet, by reason;
-//!   `error`: the errors of the endpoint's calls.
+//!   `error`: the errors of the endpoint's calls; `fast_map`: the hash
+//!   maps every packet looks into.
 //!
 //! Other crates use the re-exports below (`rxe_core::transport::Endpoint`,
 //! ...); the modules themselves are private to the crate.
@@ -74,6 +75,7 @@ mod counters;
 mod dcqcn;
 mod endpoint;
 mod error;
+mod fast_map;
 mod io;
 mod key_table;
 mod memory;
@@ -100,6 +102,7 @@ pub use counters::{Counter, Counters};
 pub use dcqcn::{CnpEffect, Dcqcn, DcqcnParams, MAX_REPLAY_EVENTS, PACING_SLACK};
 pub use endpoint::{pkeys_match, Endpoint, GSI_QPN};
 pub use error::{EndpointError, PostError};
+pub use fast_map::FastMap;
 pub use io::{RecvMeta, Transmit};
 pub use key_table::KeyTable;
 pub use memory::{

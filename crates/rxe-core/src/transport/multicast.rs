@@ -16,8 +16,7 @@
 //! still receives one copy), and the limits below. Detaching a QP
 //! that is not attached is an error (EINVAL there).
 
-use std::collections::HashMap;
-
+use super::fast_map::FastMap;
 use crate::wire::Gid;
 
 /// The destination QPN of a multicast packet (the "permissive" QPN).
@@ -57,7 +56,7 @@ pub enum McastError {
 /// Multicast GID -> the QPNs attached to it, in the order they attached.
 #[derive(Debug, Default)]
 pub struct McastGroups {
-    groups: HashMap<Gid, Vec<u32>>,
+    groups: FastMap<Gid, Vec<u32>>,
     total: usize,
 }
 

@@ -55,9 +55,10 @@
 //! The device sizes the limit from the socket buffer the kernel granted
 //! (`Endpoint::set_port_window`); without one there is no limit.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::Duration;
 
+use super::fast_map::FastMap;
 use super::time::Instant;
 use crate::wire::Gid;
 
@@ -94,7 +95,7 @@ pub(super) struct PortWindow {
     /// Per destination, by slot; a slot is free (in `free`) when no QP
     /// holds a share in it and none waits there.
     dests: Vec<DestWindow>,
-    index: HashMap<Gid, usize>,
+    index: FastMap<Gid, usize>,
     free: Vec<usize>,
     /// Slots with parked QPs, each once.
     waiting: VecDeque<usize>,

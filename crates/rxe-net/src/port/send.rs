@@ -28,6 +28,25 @@ impl NetPort {
         self.sends_deferred.store(false, Ordering::Relaxed);
         let sent = {
             let mut tx = lock(&self.tx);
+            // Nothing queued and nothing to send (every empty busy poll):
+            // found without the socket tables' locks, a third of this
+            // call's own cost in an empty poll (`perf annotate`). Else the
+            // packet waits in its free slot, which stays the same until a
+            // commit.
+            let mut polled = None;
+            if tx.batch.is_empty() {
+                if let Some((_, slot)) = tx.batch.free_slot() {
+                    match engine.poll_transmit(now, slot) {
+                        Some(t) => polled = Some(t),
+                        None => {
+                            self.send_blocked.store(false, Ordering::Release);
+                            drop(tx);
+                            engine.after_batch();
+                            return 0;
+                        }
+                    }
+                }
+            }
             let sockets = self.sockets.read().unwrap_or_else(PoisonError::into_inner);
             let src_sockets = self
                 .src_sockets
@@ -42,7 +61,7 @@ impl NetPort {
             while !blocked {
                 let mut engine_has_more = true;
                 while let Some((i, slot)) = tx.batch.free_slot() {
-                    let Some(t) = engine.poll_transmit(now, slot) else {
+                    let Some(t) = polled.take().or_else(|| engine.poll_transmit(now, slot)) else {
                         engine_has_more = false;
                         break;
                     };
@@ -152,6 +171,10 @@ impl NetPort {
     /// one `sendmmsg`, as GSO runs where the socket has GSO. Returns
     /// whether a socket's buffer was full.
     fn send_queued(&self, tx: &mut TxState, sockets: &Sockets<'_>, sent: &mut usize) -> bool {
+        if tx.batch.is_empty() {
+            // Every empty busy poll comes here: it builds nothing.
+            return false;
+        }
         let c = &self.counters;
         let mut runs: [Range<usize>; MAX_BATCH] = std::array::from_fn(|_| 0..0);
         while !tx.batch.is_empty() {
