@@ -173,6 +173,11 @@ impl WireHeaders {
         self
     }
 
+    /// Whether these headers carry a UDP payload of `payload_len` bytes.
+    pub fn carries(&self, payload_len: usize) -> bool {
+        usize::from(u16::from_be_bytes([self.udp[4], self.udp[5]])) == payload_len + 8
+    }
+
     /// The IPv4 (20 bytes) or IPv6 (40 bytes) header.
     pub fn ip_header(&self) -> &[u8] {
         &self.ip[..self.ip_len]
@@ -301,15 +306,33 @@ pub fn open<'a>(
     info: &RecvInfo,
     opts: OpenOptions,
 ) -> Result<Opened<'a>, EncapError> {
+    open_after(payload, info, opts, &mut None)
+}
+
+/// [`open`] for one of many packets: `last` holds the headers built for
+/// the packet before (with the `info` they were built for), which serve
+/// again when this one came with the same addresses, TTL, TOS and length
+/// (the segments of a GRO datagram, the packets of a stream), so that the
+/// IP and UDP headers are not built again per packet, only the IPv4 ID
+/// solved. Start with `None`.
+pub fn open_after<'a>(
+    payload: &'a [u8],
+    info: &RecvInfo,
+    opts: OpenOptions,
+    last: &mut Option<(RecvInfo, WireHeaders)>,
+) -> Result<Opened<'a>, EncapError> {
     if payload.len() < MIN_PACKET {
         return Err(EncapError::TooShort { len: payload.len() });
     }
-    let mut f = HeaderFields {
-        hop_limit: info.hop_limit.unwrap_or(DEFAULT_HOP_LIMIT),
-        traffic_class: info.traffic_class.unwrap_or(0),
-        ..HeaderFields::default()
+    let mut headers = match *last {
+        Some((i, h)) if i == *info && h.carries(payload.len()) => h,
+        _ => {
+            let h = WireHeaders::new(info.src, info.dst, payload.len(), &received_fields(info))?;
+            *last = Some((*info, h));
+            h
+        }
     };
-    let mut headers = WireHeaders::new(info.src, info.dst, payload.len(), &f)?;
+    let mut f = received_fields(info);
     let mut ipv4_df_clear = false;
     if headers.is_ipv4() {
         let ip: &[u8; 20] = headers.ip[..20]
@@ -353,6 +376,16 @@ pub fn open<'a>(
     })
 }
 
+/// What the kernel reported of a received datagram's headers (IPv4: ID
+/// 0 and DF, until `open_after` solves them).
+fn received_fields(info: &RecvInfo) -> HeaderFields {
+    HeaderFields {
+        hop_limit: info.hop_limit.unwrap_or(DEFAULT_HOP_LIMIT),
+        traffic_class: info.traffic_class.unwrap_or(0),
+        ..HeaderFields::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -386,6 +419,64 @@ mod tests {
 
     fn ipv4_checksum_ok(h: &[u8]) -> bool {
         sum(&[h]) == 0xffff
+    }
+
+    /// A packet sealed for `src` -> `dst` with IPv4 ID `id`.
+    fn sealed(src: SocketAddr, dst: SocketAddr, payload: &[u8], id: u16) -> Vec<u8> {
+        let mut p = send_only(payload);
+        let h = WireHeaders::outgoing(src, dst, p.len(), 64, 0)
+            .unwrap()
+            .with_ipv4_id(id);
+        seal(&h, &mut p).unwrap();
+        p
+    }
+
+    #[test]
+    fn headers_built_for_one_packet_serve_the_next_only_when_they_fit_it() {
+        let (a, b, c) = (v4(127, 0, 0, 1), v4(127, 0, 0, 2), v4(127, 0, 0, 3));
+        let info = |src: IpAddr| RecvInfo {
+            src: sa(src, 49152),
+            dst: sa(b, 4791),
+            hop_limit: Some(64),
+            traffic_class: Some(0),
+        };
+        let opts = OpenOptions::default();
+        let mut last = None;
+        // The same addresses and length, other IDs (a GRO datagram's
+        // segments), then another length, another source, and a bad ICRC.
+        let packets = [
+            (a, sealed(sa(a, 49152), sa(b, 4791), b"segment 1", 7)),
+            (a, sealed(sa(a, 49152), sa(b, 4791), b"segment 2", 8)),
+            (
+                a,
+                sealed(sa(a, 49152), sa(b, 4791), b"a longer last one", 9),
+            ),
+            (c, sealed(sa(c, 49152), sa(b, 4791), b"another source", 9)),
+        ];
+        for (src, p) in &packets {
+            let alone = open(p, &info(*src), opts).expect("opens alone");
+            let after = open_after(p, &info(*src), opts, &mut last).expect("opens after another");
+            assert_eq!(after, alone);
+            let (i, h) = last.expect("headers kept");
+            assert_eq!(i, info(*src));
+            assert!(h.carries(p.len()));
+        }
+        let mut bad = packets[3].1.clone();
+        let at = bad.len() - 6;
+        bad[at] ^= 1;
+        assert_eq!(
+            open_after(&bad, &info(c), opts, &mut last),
+            Err(EncapError::BadIcrc)
+        );
+        // A packet from `a` after headers kept for `c`: said to come from
+        // `c` it fails, as alone; from `a`, its headers are built again.
+        let p = &packets[0].1;
+        assert_eq!(open(p, &info(c), opts), Err(EncapError::BadIcrc));
+        assert_eq!(
+            open_after(p, &info(c), opts, &mut last),
+            Err(EncapError::BadIcrc)
+        );
+        assert!(open_after(p, &info(a), opts, &mut last).is_ok());
     }
 
     #[test]

@@ -44,21 +44,27 @@ impl NetPort {
                         break;
                     }
                     let now = self.clock.now();
+                    let mut to = Delivery {
+                        now,
+                        requests: 0,
+                        headers: None,
+                    };
                     for i in 0..n {
                         let Some((m, bytes)) = rx.get(i) else {
                             continue;
                         };
                         if m.segment.is_none() || m.truncated {
-                            delivered += self.deliver(engine, sock, m, bytes, now, &mut requests);
+                            delivered += self.deliver(engine, sock, m, bytes, &mut to);
                             continue;
                         }
                         // Coalesced by UDP GRO: each segment is a packet
                         // of its own, with the datagram's TTL and TOS.
                         self.counters.inc(NetCounter::RcvdGroDatagrams);
                         for seg in gso::segments(bytes, m.segment) {
-                            delivered += self.deliver(engine, sock, m, seg, now, &mut requests);
+                            delivered += self.deliver(engine, sock, m, seg, &mut to);
                         }
                     }
+                    requests += to.requests;
                     if n < rx.offered() {
                         break;
                     }
@@ -133,8 +139,7 @@ impl NetPort {
         sock: &RoceSocket,
         m: &RxMeta,
         bytes: &[u8],
-        now: rxe_core::transport::Instant,
-        requests: &mut usize,
+        to: &mut Delivery,
     ) -> usize {
         let c = &self.counters;
         // With GRO the receive slots hold 64 KiB; a packet longer than any
@@ -153,7 +158,7 @@ impl NetPort {
             hop_limit: m.hop_limit,
             traffic_class: m.traffic_class,
         };
-        match encap::open(bytes, &info, self.options) {
+        match encap::open_after(bytes, &info, self.options, &mut to.headers) {
             Ok(o) => {
                 self.tap(&o.headers, bytes);
                 if o.ipv4_df_clear {
@@ -167,8 +172,8 @@ impl NetPort {
                 let request = Opcode(o.packet[0])
                     .info()
                     .is_some_and(|i| i.operation.is_request());
-                *requests += usize::from(request);
-                self.hand_over(engine, now, &o.meta, o.packet)
+                to.requests += usize::from(request);
+                self.hand_over(engine, to.now, &o.meta, o.packet)
             }
             Err(e) => {
                 c.inc(e.rx_counter());
@@ -189,6 +194,15 @@ impl NetPort {
             }
         }
     }
+}
+
+/// What `deliver` needs from the receive loop around it.
+struct Delivery {
+    now: rxe_core::transport::Instant,
+    /// Of the intact packets, those a requester sent.
+    requests: usize,
+    /// The headers of the last packet, for the next one (`deliver`).
+    headers: Option<(RecvInfo, WireHeaders)>,
 }
 
 /// What one receive handed to the engine.
