@@ -159,6 +159,30 @@ impl WireHeaders {
         WireHeaders::new(src, dst, payload_len, &f)
     }
 
+    /// The same headers for a UDP payload of `payload_len` bytes: the IP
+    /// and UDP length fields changed (and the IPv4 header checksum), as
+    /// building them again would give, without building them (the WRITE
+    /// and the shorter ACK of one GSO message, a stream's last packet).
+    pub fn with_payload_len(mut self, payload_len: usize) -> Result<WireHeaders, EncapError> {
+        let too_long = EncapError::TooLong { len: payload_len };
+        let udp_len = payload_len
+            .checked_add(8)
+            .and_then(|n| u16::try_from(n).ok())
+            .ok_or(too_long)?;
+        self.udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
+        if self.is_ipv4() {
+            let total = u16::try_from(usize::from(udp_len) + 20).map_err(|_| too_long)?;
+            self.ip[2..4].copy_from_slice(&total.to_be_bytes());
+            self.ip[10..12].fill(0);
+            let c = ipv4_header_checksum(&self.ip[..20]);
+            self.ip[10..12].copy_from_slice(&c.to_be_bytes());
+        } else {
+            // IPv6 Payload Length: everything after the fixed header.
+            self.ip[4..6].copy_from_slice(&udp_len.to_be_bytes());
+        }
+        Ok(self)
+    }
+
     /// The same headers with IPv4 Identification `id` (IPv6 has none: the
     /// same headers), the header checksum recomputed. Cheaper than
     /// building them again: the data path changes only the ID from packet
@@ -311,10 +335,10 @@ pub fn open<'a>(
 
 /// [`open`] for one of many packets: `last` holds the headers built for
 /// the packet before (with the `info` they were built for), which serve
-/// again when this one came with the same addresses, TTL, TOS and length
-/// (the segments of a GRO datagram, the packets of a stream), so that the
-/// IP and UDP headers are not built again per packet, only the IPv4 ID
-/// solved. Start with `None`.
+/// again when this one came with the same addresses, TTL and TOS (the
+/// segments of a GRO datagram, the packets of a stream; another length is
+/// patched in), so that the IP and UDP headers are not built again per
+/// packet, only the IPv4 ID solved. Start with `None`.
 pub fn open_after<'a>(
     payload: &'a [u8],
     info: &RecvInfo,
@@ -326,6 +350,11 @@ pub fn open_after<'a>(
     }
     let mut headers = match *last {
         Some((i, h)) if i == *info && h.carries(payload.len()) => h,
+        Some((i, h)) if i == *info => {
+            let h = h.with_payload_len(payload.len())?;
+            *last = Some((*info, h));
+            h
+        }
         _ => {
             let h = WireHeaders::new(info.src, info.dst, payload.len(), &received_fields(info))?;
             *last = Some((*info, h));
@@ -719,6 +748,36 @@ mod tests {
     }
 
     proptest! {
+        /// Patching the length gives what building for it gives, for both
+        /// families and every field, and refuses what building refuses.
+        #[test]
+        fn with_payload_len_equals_building_for_it(
+            v6 in any::<bool>(),
+            from in 0usize..70_000,
+            to in 0usize..70_000,
+            ttl in any::<u8>(),
+            tos in any::<u8>(),
+            flow_label in 0u32..0x10_0000,
+            ipv4_id in any::<u16>(),
+            dont_fragment in any::<bool>(),
+        ) {
+            let (s, d) = if v6 {
+                (IpAddr::V6(Ipv6Addr::LOCALHOST), IpAddr::V6("fd99::2".parse().unwrap()))
+            } else {
+                (v4(10, 99, 0, 1), v4(10, 99, 0, 2))
+            };
+            let (s, d) = (sa(s, 49152), sa(d, 4791));
+            let f = HeaderFields { hop_limit: ttl, traffic_class: tos, flow_label, ipv4_id, dont_fragment };
+            if let Ok(h) = WireHeaders::new(s, d, from, &f) {
+                let built = WireHeaders::new(s, d, to, &f);
+                prop_assert_eq!(h.with_payload_len(to).ok(), built.ok());
+                if let Ok(p) = h.with_payload_len(to) {
+                    prop_assert!(p.carries(to));
+                    prop_assert!(v6 || ipv4_checksum_ok(p.ip_header()));
+                }
+            }
+        }
+
         #[test]
         fn open_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..600), v6 in any::<bool>()) {
             let (s, d) = if v6 {

@@ -271,8 +271,8 @@ impl NetPort {
     ) -> bool {
         let v4 = sock.local_addr().is_ipv4();
         for run in runs {
-            // One header per run and length; packet to packet only the ID
-            // changes (and the length of a shorter last one).
+            // One header per run; packet to packet only the ID changes
+            // (and the length of a shorter last one, patched in).
             let mut base: Option<WireHeaders> = None;
             for (k, i) in run.clone().enumerate() {
                 let id = if v4 { gso::segment_ipv4_id(k) } else { 0 };
@@ -281,8 +281,10 @@ impl NetPort {
                 }
                 let len = tx.batch.packet_len(i);
                 let h = match base {
-                    Some(h) if h.udp_header()[4..6] == ((len + 8) as u16).to_be_bytes() => Ok(h),
-                    _ => tx
+                    Some(h) if h.carries(len) => Ok(h),
+                    // A run goes to one destination from one socket.
+                    Some(h) => h.with_payload_len(len),
+                    None => tx
                         .batch
                         .dest(i)
                         .ok_or(encap::EncapError::TooShort { len })
