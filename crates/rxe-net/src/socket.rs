@@ -51,6 +51,7 @@ use std::ops::Range;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use arrayvec::ArrayVec;
 use nix::sys::socket::{
     self as nsock, sockopt, ControlMessage, ControlMessageOwned, MsgFlags, MultiHeaders,
     SockaddrStorage,
@@ -400,27 +401,27 @@ impl RoceSocket {
         hop_limit: u8,
         traffic_class: u8,
     ) -> io::Result<usize> {
-        let mut iovs: [IoSlice<'_>; MAX_IOV] = [IoSlice::new(&[]); MAX_IOV];
-        let mut msgs: [Range<usize>; MAX_BATCH] = std::array::from_fn(|_| 0..0);
-        let mut dests: [Option<SockaddrStorage>; MAX_BATCH] = [None; MAX_BATCH];
-        let (mut n, mut used) = (0, 0);
+        // Filled as far as used, never initialised beyond (whole arrays of
+        // 256 iovecs and 64 addresses were written at every call: most of
+        // this function's own time in a ping-pong, on its critical path).
+        let mut iovs: ArrayVec<IoSlice<'_>, MAX_IOV> = ArrayVec::new();
+        let mut msgs: ArrayVec<Range<usize>, MAX_BATCH> = ArrayVec::new();
+        let mut dests: ArrayVec<Option<SockaddrStorage>, MAX_BATCH> = ArrayVec::new();
         for r in runs.iter().take(MAX_BATCH) {
             let r = r.start.max(tx.start)..r.end.min(tx.end);
-            if r.is_empty() || used + r.len() > MAX_IOV {
+            if r.is_empty() || iovs.len() + r.len() > MAX_IOV {
                 break;
             }
-            for (k, i) in r.clone().enumerate() {
-                iovs[used + k] = IoSlice::new(tx.packet(i));
-            }
-            msgs[n] = used..used + r.len();
-            dests[n] = tx.dests[r.start];
-            used += r.len();
-            n += 1;
+            let at = iovs.len();
+            iovs.extend(r.clone().map(|i| IoSlice::new(tx.packet(i))));
+            msgs.push(at..iovs.len());
+            dests.push(tx.dests[r.start]);
         }
-        if n == 0 {
+        if msgs.is_empty() {
             return Ok(0);
         }
-        let slices: [&[IoSlice<'_>]; MAX_BATCH] = std::array::from_fn(|i| &iovs[msgs[i].clone()]);
+        let slices: ArrayVec<&[IoSlice<'_>], MAX_BATCH> =
+            msgs.iter().map(|m| &iovs[m.clone()]).collect();
         let v6 = self.local.is_ipv6();
         let ttl: libc::c_int = hop_limit.into();
         let tos: u8 = traffic_class;
@@ -447,8 +448,8 @@ impl RoceSocket {
             let sent = nsock::sendmmsg(
                 self.socket.as_raw_fd(),
                 headers,
-                slices[..n].iter(),
-                &dests[..n],
+                slices.iter(),
+                &dests[..],
                 cmsgs,
                 MsgFlags::empty(),
             )
@@ -495,7 +496,10 @@ impl RoceSocket {
                     )
                 });
                 // Only the `n` offered slots are cut from the buffer: an
-                // empty busy poll offers a few of the 64.
+                // empty busy poll offers a few of the 64. (An `ArrayVec`
+                // would not write the rest, but nix's `recvmmsg` ties the
+                // iovecs' lifetime to their borrow, which a value with a
+                // destructor cannot lend.)
                 let mut chunks = data.chunks_mut(*slot_len);
                 let mut iovs: [[IoSliceMut<'_>; 1]; MAX_BATCH] = std::array::from_fn(|i| {
                     let chunk = if i < n { chunks.next() } else { None };
