@@ -1,6 +1,6 @@
 //! The hash maps that every packet looks into: QPs and SRQs by number,
 //! deadlines by QPN, the port window by destination GID, multicast groups
-//! by GID.
+//! by GID (and, in rxe-verbs, the completion routes by QPN).
 //!
 //! # Decisions, with their sources
 //!
