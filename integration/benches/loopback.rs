@@ -16,17 +16,9 @@ use std::time::{Duration, Instant};
 
 use rxe_core::transport::Psn;
 use rxe_core::Gid;
+use rxe_integration::bench_args::secs;
 use rxe_integration::verbs_harness::*;
 use rxe_verbs::*;
-
-fn secs() -> f64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == "--secs")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(2.0)
-}
 
 /// Raw UDP: one thread sends 4 KiB datagrams as fast as it can, the other
 /// receives; the rate is what arrived.
@@ -274,7 +266,7 @@ fn rxe_empty_poll(a: &Node, b: &Node, d: Duration) -> f64 {
 fn main() {
     // `cargo bench` passes `--bench`; `cargo test` runs benches only with
     // `--benches`, and then this is a quick smoke run.
-    let d = Duration::from_secs_f64(secs());
+    let d = Duration::from_secs_f64(secs(2.0));
     let a = Node::new("127.0.42.1");
     let b = Node::new("127.0.42.2");
     let udp = raw_udp_stream(d);

@@ -1,6 +1,7 @@
-//! Cross-crate tests of rxe live in `tests/`; this library holds what they
-//! share.
+//! Cross-crate tests of rxe live in `tests/` and benchmarks in `benches/`;
+//! this library holds what they share.
 
+pub mod bench_args;
 pub mod forge;
 pub mod hostile;
 pub mod lossy_relay;

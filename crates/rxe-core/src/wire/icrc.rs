@@ -55,7 +55,7 @@ pub fn compute(scope: &IcrcScope<'_>, transport: &[u8]) -> Option<u32> {
     }
     // The masked headers go in as one piece: each `update` dispatches on
     // the CPU's features, and for short pieces that was most of the cost
-    // (`cargo bench -p rxe-core --bench icrc`).
+    // (`cargo bench -p rxe-integration --bench icrc`).
     let mut head = [0u8; HEAD_MAX];
     match *scope {
         IcrcScope::IbLocal { lrh } => {
@@ -232,7 +232,7 @@ const fn mat_apply_const(m: &Matrix, v: u32) -> u32 {
 /// A linear map from `4 * N` bits as `N` lookup tables, one per nibble of
 /// the input: `t[i][x]` is the image of `x << 4 * i`. Applying it is `N`
 /// lookups where a matrix is one step per input bit (the solve's maps were
-/// a third of its cost, `cargo bench -p rxe-core --bench icrc`).
+/// a third of its cost, `cargo bench -p rxe-integration --bench icrc`).
 type Tables<T, const N: usize> = [[T; 16]; N];
 
 /// `m`, whose columns are the images of the input bits, as nibble tables.

@@ -4,22 +4,14 @@
 //! for one length over and over (a GRO run of equal segments) and for two
 //! lengths in turn (a ping-pong's answer and ACK in one GRO datagram).
 //!
-//! `cargo bench -p rxe-core --bench icrc` (add `-- --secs N` to run each
+//! `cargo bench -p rxe-integration --bench icrc` (add `-- --secs N` to run each
 //! case longer). Prints nanoseconds per packet.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use rxe_core::wire::icrc::{self, IcrcScope};
-
-fn secs() -> f64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == "--secs")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1.0)
-}
+use rxe_integration::bench_args::secs;
 
 /// A sealed RoCEv2 packet over IPv4: its IPv4 header (with `id`), UDP
 /// header and transport (BTH .. ICRC) of `transport_len` bytes.
@@ -58,7 +50,7 @@ fn main() {
     // `cargo bench` passes `--bench`; `cargo test --benches` runs this as
     // a quick smoke run.
     let quick = !std::env::args().any(|a| a == "--bench");
-    let d = Duration::from_secs_f64(if quick { 0.05 } else { secs() });
+    let d = Duration::from_secs_f64(if quick { 0.05 } else { secs(1.0) });
     // A 64-byte SEND (BTH 12 + 64 + ICRC 4) and an ACK (BTH + AETH + ICRC).
     let send = packet(12 + 64 + 4, 0x1234);
     let ack = packet(12 + 4 + 4, 0x1235);
