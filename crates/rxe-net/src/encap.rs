@@ -348,6 +348,7 @@ pub fn open_after<'a>(
     if payload.len() < MIN_PACKET {
         return Err(EncapError::TooShort { len: payload.len() });
     }
+    let mut f = received_fields(info);
     let mut headers = match *last {
         Some((i, h)) if i == *info && h.carries(payload.len()) => h,
         Some((i, h)) if i == *info => {
@@ -356,12 +357,11 @@ pub fn open_after<'a>(
             h
         }
         _ => {
-            let h = WireHeaders::new(info.src, info.dst, payload.len(), &received_fields(info))?;
+            let h = WireHeaders::new(info.src, info.dst, payload.len(), &f)?;
             *last = Some((*info, h));
             h
         }
     };
-    let mut f = received_fields(info);
     let mut ipv4_df_clear = false;
     if headers.is_ipv4() {
         let ip: &[u8; 20] = headers.ip[..20]

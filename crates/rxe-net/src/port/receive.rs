@@ -25,7 +25,14 @@ impl NetPort {
             let mut rx = lock(&self.rx);
             let sockets = self.sockets.read().unwrap_or_else(PoisonError::into_inner);
             let mut delivered = 0;
-            let mut requests = 0;
+            // The clock is read per batch; the headers kept serve across
+            // batches and sockets (they are kept with what they were built
+            // for, the local address included).
+            let mut to = Delivery {
+                now: rxe_core::transport::Instant::ZERO,
+                requests: 0,
+                headers: None,
+            };
             let mut unread = false;
             for sock in sockets.iter() {
                 let mut round = 0;
@@ -43,12 +50,7 @@ impl NetPort {
                     if n == 0 {
                         break;
                     }
-                    let now = self.clock.now();
-                    let mut to = Delivery {
-                        now,
-                        requests: 0,
-                        headers: None,
-                    };
+                    to.now = self.clock.now();
                     for i in 0..n {
                         let Some((m, bytes)) = rx.get(i) else {
                             continue;
@@ -64,7 +66,6 @@ impl NetPort {
                             delivered += self.deliver(engine, sock, m, seg, &mut to);
                         }
                     }
-                    requests += to.requests;
                     if n < rx.offered() {
                         break;
                     }
@@ -76,7 +77,7 @@ impl NetPort {
             self.unread.store(unread, Ordering::Release);
             Received {
                 packets: delivered + self.release_held(engine),
-                requests,
+                requests: to.requests,
             }
         }
     }
@@ -198,6 +199,7 @@ impl NetPort {
 
 /// What `deliver` needs from the receive loop around it.
 struct Delivery {
+    /// When the batch being delivered was received.
     now: rxe_core::transport::Instant,
     /// Of the intact packets, those a requester sent.
     requests: usize,
