@@ -39,7 +39,8 @@ pub(crate) struct DeviceEngine {
     pub counts: Counts,
     pub next_id: u32,
     /// Whether posts to busy RC QPs are corked (`Device::kick_corked`),
-    /// and how many were since the last flush of a verb.
+    /// and how many were since the engine's queue was last flushed (by a
+    /// verb, the driver thread or a busy poll: `after_batch`).
     pub cork: bool,
     pub corked: u32,
     events: Option<mpsc::Sender<AsyncEvent>>,
@@ -145,6 +146,12 @@ impl rxe_net::Engine for DeviceEngine {
     }
 
     fn after_batch(&mut self) {
+        // The corked packets have left (or wait for the socket, which
+        // wakes the driver): the next corked post starts a new batch, with
+        // its own deadline (`Device::kick_corked`). A receive without a
+        // flush ends here too; starting a batch early only costs a clock
+        // read.
+        self.corked = 0;
         self.dispatch();
     }
 }
