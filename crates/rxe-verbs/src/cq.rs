@@ -95,23 +95,26 @@ impl CqShared {
         }
     }
 
-    /// Adds a completion; returns `false` if the CQ overran (the
-    /// completion is dropped, counted, and the CQ is in error from now on:
-    /// the caller raises `CqErr`).
-    pub fn push(&self, wc: WorkCompletion, solicited: bool) -> bool {
+    /// Adds a completion without waking anybody; [`CqShared::signal`]
+    /// then raises what it made due. A device stores every completion of
+    /// one batch before it signals any (`DeviceEngine::dispatch`): a
+    /// waiter woken by the first must find the others there. A program
+    /// that waits on one channel for two CQs (perftest's `-e`) and polls
+    /// the CQ it expects after each event would otherwise, woken by a
+    /// receive's event, poll its send CQ a moment before the send
+    /// completion that came in the same packet batch was stored, and find
+    /// it later, one event out of step (perftest's send CQ then overran).
+    pub(crate) fn store(&self, wc: WorkCompletion, solicited: bool) -> Stored {
         let mut s = self.state.lock().unwrap();
         if s.overrun || s.wcs.len() >= self.depth as usize {
             s.lost += 1;
             let first = !s.overrun;
             s.overrun = true;
-            // The overrun itself wakes waiters, so that they see the error.
-            s.events += 1;
-            self.wake(&mut s);
-            drop(s);
-            if first {
-                self.fire_hook();
-            }
-            return !first;
+            return if first {
+                Stored::FirstOverrun
+            } else {
+                Stored::Lost
+            };
         }
         s.wcs.push_back(wc);
         let trigger = match s.armed {
@@ -123,12 +126,26 @@ impl CqShared {
         };
         if trigger {
             s.armed = None;
-            s.events += 1;
-            self.wake(&mut s);
-            drop(s);
+            Stored::Event
+        } else {
+            Stored::Quiet
+        }
+    }
+
+    /// Raises what storing made due: an event (the armed notification
+    /// fired) or an overrun wakes the waiters, which see it, and runs the
+    /// event hook (an overrun's only the first time).
+    pub(crate) fn signal(&self, stored: Stored) {
+        if stored == Stored::Quiet {
+            return;
+        }
+        let mut s = self.state.lock().unwrap();
+        s.events += 1;
+        self.wake(&mut s);
+        drop(s);
+        if stored != Stored::Lost {
             self.fire_hook();
         }
-        true
     }
 
     fn wake(&self, s: &mut CqState) {
@@ -138,6 +155,27 @@ impl CqShared {
         for w in s.wakers.drain(..) {
             w.wake();
         }
+    }
+}
+
+/// What [`CqShared::store`] did with a completion, strongest first when
+/// several of one batch are merged ([`Stored::merge`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Stored {
+    /// Stored; nobody to tell.
+    Quiet,
+    /// Dropped: the CQ had overrun already (waiters are woken again).
+    Lost,
+    /// Stored, and the armed notification fired.
+    Event,
+    /// Dropped: this one overran the CQ (the caller raises `CqErr`).
+    FirstOverrun,
+}
+
+impl Stored {
+    /// One signal for two stores to the same CQ.
+    pub(crate) fn merge(self, other: Stored) -> Stored {
+        self.max(other)
     }
 }
 
@@ -233,6 +271,20 @@ impl Cq {
     pub fn poll_one(&self) -> Result<Option<WorkCompletion>> {
         self.check_live()?;
         self.progress_if_empty();
+        let mut s = self.shared.state.lock().unwrap();
+        if s.wcs.is_empty() && s.overrun {
+            return Err(VerbsError::CqOverrun);
+        }
+        Ok(s.wcs.pop_front())
+    }
+
+    /// One completion, if any, without the device work of an empty poll:
+    /// for the device's own threads (the CM's, on QP1), which take what the
+    /// driver thread delivered. Their polls are not an application at work:
+    /// counted as one, they would make the driver stop watching the sockets
+    /// (busy polling preferred) for a program that polls nothing.
+    pub(crate) fn take_one(&self) -> Result<Option<WorkCompletion>> {
+        self.check_live()?;
         let mut s = self.shared.state.lock().unwrap();
         if s.wcs.is_empty() && s.overrun {
             return Err(VerbsError::CqOverrun);
@@ -393,20 +445,56 @@ mod tests {
         *cq.hook.lock().unwrap() = Some(Arc::new(move || {
             f.fetch_add(1, Ordering::SeqCst);
         }));
-        assert!(cq.push(wc(WorkQueue::Send), false));
+        let push = |q, solicited| {
+            let stored = cq.store(wc(q), solicited);
+            cq.signal(stored);
+            stored
+        };
+        assert_eq!(push(WorkQueue::Send, false), Stored::Quiet);
         assert_eq!(fired.load(Ordering::SeqCst), 0, "not armed");
         cq.state.lock().unwrap().armed = Some(NotifyKind::SolicitedOnly);
         cq.state.lock().unwrap().wcs.clear();
-        assert!(cq.push(wc(WorkQueue::Recv), false));
+        assert_eq!(push(WorkQueue::Recv, false), Stored::Quiet);
         assert_eq!(fired.load(Ordering::SeqCst), 0, "not solicited");
-        assert!(cq.push(wc(WorkQueue::Recv), true));
+        assert_eq!(push(WorkQueue::Recv, true), Stored::Event);
         assert_eq!(fired.load(Ordering::SeqCst), 1, "solicited receive");
         // Full (depth 2): the overrun fires once.
-        assert!(!cq.push(wc(WorkQueue::Send), false));
-        assert!(
-            cq.push(wc(WorkQueue::Send), false),
+        assert_eq!(push(WorkQueue::Send, false), Stored::FirstOverrun);
+        assert_eq!(
+            push(WorkQueue::Send, false),
+            Stored::Lost,
             "later losses are not new overruns"
         );
         assert_eq!(fired.load(Ordering::SeqCst), 2);
+    }
+
+    /// A batch's completions are all stored before anybody hears of one:
+    /// a waiter woken by the first finds the second there too.
+    #[test]
+    fn nothing_is_signalled_until_the_batch_is_stored() {
+        let (send, recv) = (CqShared::new(1, 4), CqShared::new(2, 4));
+        let fired = Arc::new(AtomicUsize::new(0));
+        for cq in [&send, &recv] {
+            cq.state.lock().unwrap().armed = Some(NotifyKind::NextCompletion);
+            let f = fired.clone();
+            *cq.hook.lock().unwrap() = Some(Arc::new(move || {
+                f.fetch_add(1, Ordering::SeqCst);
+            }));
+        }
+        let r = recv.store(wc(WorkQueue::Recv), false);
+        let s = send.store(wc(WorkQueue::Send), false);
+        assert_eq!((r, s), (Stored::Event, Stored::Event));
+        assert_eq!(fired.load(Ordering::SeqCst), 0, "stored, not told");
+        assert_eq!(recv.state.lock().unwrap().events, 0);
+        recv.signal(r);
+        assert_eq!(fired.load(Ordering::SeqCst), 1);
+        assert_eq!(send.state.lock().unwrap().wcs.len(), 1, "already there");
+        send.signal(s);
+        assert_eq!(fired.load(Ordering::SeqCst), 2);
+        assert_eq!(
+            Stored::Event.merge(Stored::FirstOverrun),
+            Stored::FirstOverrun
+        );
+        assert_eq!(Stored::Quiet.merge(Stored::Event), Stored::Event);
     }
 }

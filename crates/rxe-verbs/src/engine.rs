@@ -11,7 +11,7 @@ use rxe_core::transport::{
 };
 use rxe_core::Gid;
 
-use crate::cq::CqShared;
+use crate::cq::{CqShared, Stored};
 use crate::event::AsyncEvent;
 use crate::mr_table::MrTable;
 
@@ -44,6 +44,9 @@ pub(crate) struct DeviceEngine {
     pub cork: bool,
     pub corked: u32,
     events: Option<mpsc::Sender<AsyncEvent>>,
+    /// The CQs that completions of the batch being dispatched went to, and
+    /// what each is owed once all are stored (kept to reuse its room).
+    due: Vec<(Arc<CqShared>, Stored)>,
 }
 
 impl DeviceEngine {
@@ -57,6 +60,7 @@ impl DeviceEngine {
             cork: true,
             corked: 0,
             events,
+            due: Vec::new(),
         }
     }
 
@@ -77,12 +81,21 @@ impl DeviceEngine {
         self.events = None;
     }
 
-    /// Moves the endpoint's completions to their CQs and its events to the
-    /// handlers.
+    /// Moves the endpoint's completions to their CQs, then tells their
+    /// waiters (all stored before any is told: `CqShared::store`), and its
+    /// events to the handlers.
     pub fn dispatch(&mut self) {
         while let Some(wc) = self.ep.poll_completion() {
             self.deliver(wc);
         }
+        let mut due = std::mem::take(&mut self.due);
+        for (cq, stored) in due.drain(..) {
+            cq.signal(stored);
+            if stored == Stored::FirstOverrun {
+                self.raise(AsyncEvent::CqErr { cq: cq.id });
+            }
+        }
+        self.due = due;
         while let Some(ev) = self.ep.poll_event() {
             let ev = match ev {
                 CoreEvent::CommEstablished { qpn } => AsyncEvent::CommEst { qp_num: qpn },
@@ -103,11 +116,16 @@ impl DeviceEngine {
             return;
         };
         let cq = match wc.queue {
-            WorkQueue::Send => route.send_cq.clone(),
-            WorkQueue::Recv => route.recv_cq.clone(),
+            WorkQueue::Send => &route.send_cq,
+            WorkQueue::Recv => &route.recv_cq,
         };
-        if !cq.push(wc, wc.solicited) {
-            self.raise(AsyncEvent::CqErr { cq: cq.id });
+        let stored = cq.store(wc, wc.solicited);
+        if stored == Stored::Quiet {
+            return;
+        }
+        match self.due.iter_mut().find(|(c, _)| Arc::ptr_eq(c, cq)) {
+            Some((_, s)) => *s = s.merge(stored),
+            None => self.due.push((cq.clone(), stored)),
         }
     }
 
