@@ -48,6 +48,10 @@ const VOLUME: &[&str] = &[
     "net_sent_ect_pkts",
     // The driver's turns awake after traffic: activity, not a verdict.
     "net_driver_spin_turns",
+    // Answers left for a busy poller's next post, and arrivals the
+    // driver's look took for it (busy polling preferred): activity too.
+    "net_answers_deferred",
+    "net_look_rcvd_pkts",
 ];
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {

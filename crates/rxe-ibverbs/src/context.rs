@@ -11,7 +11,8 @@
 
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, TryLockError};
 
 use rxe_verbs::{DeviceAttr, Gid, PortAttr, PortState, VerbsError};
 use rxe_verbs_abi::consts::*;
@@ -36,6 +37,35 @@ pub struct Context {
 static ATTACHED: LazyLock<Mutex<HashMap<String, (rxe_verbs::Device, usize)>>> =
     LazyLock::new(Mutex::default);
 
+/// The process that registered [`flush_at_exit`] (a forked child inherits
+/// the registration, not the devices).
+static FLUSH_PID: AtomicU32 = AtomicU32::new(0);
+
+/// At `exit`: every attached device sends what it holds back
+/// ([`rxe_verbs::Device::flush`]). A program that exits right after its
+/// last poll (`ibv_rc_pingpong` once it has its last message) would
+/// otherwise take with it the ACK its peer waits for, which a busy
+/// poller's turn left for a post that never comes; a NIC would have sent
+/// it.
+extern "C" fn flush_at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        if FLUSH_PID.load(Ordering::Relaxed) != std::process::id() {
+            return;
+        }
+        let devs: Vec<rxe_verbs::Device> = match ATTACHED.try_lock() {
+            Ok(m) => m.values().map(|(d, _)| d.clone()).collect(),
+            Err(TryLockError::Poisoned(p)) => {
+                p.into_inner().values().map(|(d, _)| d.clone()).collect()
+            }
+            // Held by a thread that exit() caught in the middle of a call.
+            Err(TryLockError::WouldBlock) => return,
+        };
+        for d in devs {
+            d.flush();
+        }
+    });
+}
+
 fn attach(dev: &RxeDevice) -> Result<rxe_verbs::Device, c_int> {
     let mut m = ATTACHED.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((d, n)) = m.get_mut(&dev.name) {
@@ -51,6 +81,14 @@ fn attach(dev: &RxeDevice) -> Result<rxe_verbs::Device, c_int> {
                 tracing::warn!(device = %dev.name, error = %e, "the CM did not start");
             }
             m.insert(dev.name.clone(), (d.clone(), 1));
+            if FLUSH_PID.swap(std::process::id(), Ordering::Relaxed) != std::process::id() {
+                // SAFETY: registers a function of this library, which stays
+                // mapped for the process's life (libibverbs.so.1 is never
+                // unloaded).
+                if unsafe { libc::atexit(flush_at_exit) } != 0 {
+                    tracing::debug!("atexit refused: no flush at exit");
+                }
+            }
             Ok(d)
         }
         Err(e) => {

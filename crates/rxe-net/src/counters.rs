@@ -87,6 +87,12 @@ net_counters! {
     /// Turns the driver thread took awake after traffic (`driver::SPIN`)
     /// instead of sleeping until the next packet woke it.
     DriverSpinTurns => "driver_spin_turns",
+    /// Turns that left what the engine had to send (the answer to a
+    /// request) for the busy poller's next post (`driver::Sends`).
+    AnswersDeferred => "answers_deferred",
+    /// Packets the driver thread's look took while a busy poller was at
+    /// work: arrivals the poller missed (`driver::Sends::Look`).
+    LookRcvdPkts => "look_rcvd_pkts",
 }
 
 /// The counters of one port, updated from any thread without locks.

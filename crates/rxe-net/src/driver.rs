@@ -31,7 +31,10 @@
 //! takes one more turn. With busy polling preferred, a poller's turn that
 //! received a request or two leaves the answer for its next turn or post
 //! (`poller_turn`): the application sees what came one system call
-//! sooner, and the ACK leaves with its next post.
+//! sooner, and the ACK leaves with its next post. The thread then does
+//! not watch the sockets at all while the poller is at work: it looks in
+//! now and then (every [`LOOK_MIN`] to [`POLLER_FRESH`]) and treats what
+//! the poller missed as the poller would (`Sends::Look`).
 
 use std::io;
 use std::os::fd::AsRawFd;
@@ -91,6 +94,13 @@ const SPIN_BACKOFF: Duration = Duration::from_millis(10);
 /// A busy poll this recent counts as a poller at work: the thread does not
 /// wait for the engine lock while one may hold it.
 const POLLER_FRESH: Duration = Duration::from_millis(1);
+/// With busy polling preferred and a poller at work the thread does not
+/// watch the sockets: it looks in every [`POLLER_FRESH`] at most, and
+/// after a look that found packets the poller had not taken, four times
+/// sooner, down to this (the poller polls seldom, or watches memory between
+/// its polls: its arrivals wait for the looks); each look that finds none
+/// doubles the interval again.
+const LOOK_MIN: Duration = Duration::from_micros(50);
 
 #[derive(Debug)]
 struct Shared {
@@ -139,10 +149,12 @@ impl DriverWaker {
     /// while a poller is at work (it polled in the last millisecond), the
     /// thread does not watch the sockets, so arrivals wake nobody; the
     /// poller receives them. For applications that keep polling a CQ
-    /// while they wait (`rxe perf`'s latency loops, `ib_send_lat`). Not
-    /// for one that polls, then waits by spinning on memory
-    /// (`ib_write_lat`): its peer's WRITE would wait for the thread's next
-    /// look, a millisecond or so.
+    /// while they wait (`rxe perf`'s latency loops, `ib_send_lat`,
+    /// perftest's bandwidth loops). One that polls, then waits by spinning
+    /// on memory (`ib_write_lat`) has what it misses taken by the thread's
+    /// looks (every 50 µs to 1 ms, `LOOK_MIN`) as its own turn would
+    /// (`Sends::Look`): its answers leave with its next post, so that the
+    /// peer's next request comes while it polls again.
     pub fn set_prefer_busy_poll(&self, on: bool) {
         self.shared.prefer_busy_poll.store(on, Ordering::Relaxed);
         self.wake();
@@ -203,13 +215,17 @@ impl DriverWaker {
         let Some(mut e) = try_lock(engine) else {
             return false;
         };
-        let defer = self.shared.prefer_busy_poll.load(Ordering::Relaxed);
+        let sends = if self.shared.prefer_busy_poll.load(Ordering::Relaxed) {
+            Sends::Poller
+        } else {
+            Sends::Now
+        };
         // A packet that arrives while we hold the lock wakes the thread,
         // which leaves a note instead of waiting: one more turn here.
         for k in 0..2 {
             // A second turn comes after the first one's work: it reads
             // the clock again.
-            let d = poller_turn(port, &mut *e, defer, (k == 0).then_some(now)).deadline;
+            let d = poller_turn(port, &mut *e, sends, (k == 0).then_some(now)).deadline;
             drop(e);
             self.notify_deadline(d);
             fence(Ordering::SeqCst);
@@ -268,7 +284,7 @@ pub struct Turn {
 /// the ACK, and the waiter's first verb then slept on that lock (seen with
 /// `strace -f` on `ibv_rc_pingpong -e`: a futex wait and wake per message).
 pub fn turn<E: Engine + ?Sized>(port: &NetPort, e: &mut E) -> Turn {
-    poller_turn(port, e, false, None)
+    poller_turn(port, e, Sends::Now, None)
 }
 
 /// A poller's turn that received more packets than this is a stream's,
@@ -276,8 +292,40 @@ pub fn turn<E: Engine + ?Sized>(port: &NetPort, e: &mut E) -> Turn {
 /// WRITEs to a busy-polling server, docs/performance.md).
 const DEFER_MAX_RECEIVED: usize = 2;
 
+/// Sends a poller's turn left for its next post (see [`Sends::Look`]) are
+/// sent by the thread's look once they have waited this long: a poller
+/// that stopped without posting delays its peer's completions by at most
+/// this and one look.
+const DEFER_BOUND: Duration = Duration::from_micros(500);
+
+/// What a turn does with what the engine has to send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sends {
+    /// Send it (the driver thread's turn when no poller is at work, and a
+    /// poller's without busy polling preferred).
+    Now,
+    /// A busy poller's turn with busy polling preferred: the answers to
+    /// one or two received requests wait for the poller's next post or
+    /// turn (`poller_turn`).
+    Poller,
+    /// The driver thread's look while such a poller is at work: what the
+    /// poller's turn would do, on its behalf, for what arrived while it
+    /// was busy elsewhere (`ib_write_lat` watches memory between its
+    /// polls of the send CQ), so its answer leaves with the poller's
+    /// next post and the peer, polling for that answer, finds the
+    /// poller's next request with it; and sends that a poller's turn left
+    /// for its post stay until they have waited [`DEFER_BOUND`]. Sending
+    /// them at the look instead put the ACK on the wire alone, a moment
+    /// before the post that would have carried it, once in a while: the
+    /// peer then took the ACK, went back to watching memory, and its
+    /// next WRITE waited for its own driver's look (a millisecond), which
+    /// is where `ib_write_lat`'s 99th percentile was (570 µs).
+    Look,
+}
+
 /// [`turn`], for a busy poller with busy polling preferred
-/// (`defer_sends`): when the turn received one or two packets, one of them
+/// (`Sends::Poller`), or the thread's look on its behalf (`Sends::Look`):
+/// when the turn received one or two packets, one of them
 /// a request (a SEND, WRITE, READ or atomic: so the engine has its ACK or
 /// response to send), what the engine then has to send waits for the next
 /// turn or the next post, one turn at most. An `ib_write_lat`-style loop
@@ -288,7 +336,8 @@ const DEFER_MAX_RECEIVED: usize = 2;
 /// receiver) sends at once: deferring there held data and ACKs back from
 /// streams. A poller that stops polling without a post leaves the sends to
 /// the thread, which looks in within [`POLLER_FRESH`] while a poller is at
-/// work, and at once when it leaves (`poller_left`); the device's ACK
+/// work and sends them once they have waited [`DEFER_BOUND`], and at once
+/// when the poller leaves (`poller_left`); the device's ACK
 /// delay (`local_ca_ack_delay`, IBTA 9.7.6.1.3: the requester's timeout
 /// allows for it) is far longer.
 ///
@@ -298,7 +347,7 @@ const DEFER_MAX_RECEIVED: usize = 2;
 fn poller_turn<E: Engine + ?Sized>(
     port: &NetPort,
     e: &mut E,
-    defer_sends: bool,
+    sends: Sends,
     polled_at: Option<Instant>,
 ) -> Turn {
     let got = port.receive_only(e);
@@ -309,10 +358,22 @@ fn poller_turn<E: Engine + ?Sized>(
     if e.poll_timeout().is_some_and(|t| t <= now) {
         e.handle_timeout(now);
     }
-    let sends_deferred = defer_sends
+    let answers_wait = sends != Sends::Now
         && got.requests > 0
         && got.packets <= DEFER_MAX_RECEIVED
-        && port.defer_sends_once();
+        && port.defer_sends_once(now);
+    let still_waiting = sends == Sends::Look
+        && port
+            .deferred_since()
+            .is_some_and(|t| now.saturating_since(t) < DEFER_BOUND);
+    let sends_deferred = answers_wait || still_waiting;
+    let c = port.counters();
+    if answers_wait {
+        c.inc(crate::NetCounter::AnswersDeferred);
+    }
+    if sends == Sends::Look && got.packets > 0 {
+        c.add(crate::NetCounter::LookRcvdPkts, got.packets as u64);
+    }
     if sends_deferred {
         e.after_batch();
     } else {
@@ -470,10 +531,24 @@ fn run<E: Engine>(port: Arc<NetPort>, engine: Arc<Mutex<E>>, mut poll: Poll, sha
     tracing::debug!("driver started");
     let mut spin_until: Option<Instant> = None;
     let mut no_spin_until = Instant::from_nanos(0);
+    let mut look_every = POLLER_FRESH;
     while !shared.stop.load(Ordering::SeqCst) {
         let deadline = match lock_or_note(&engine, &shared, clock.now()) {
             Some(mut e) => {
-                let t = turn(&port, &mut *e);
+                let look = shared.prefer_busy_poll.load(Ordering::Relaxed)
+                    && poller_fresh(&shared, clock.now());
+                let t = if look {
+                    let t = poller_turn(&port, &mut *e, Sends::Look, None);
+                    look_every = if t.received > 0 {
+                        (look_every / 4).max(LOOK_MIN)
+                    } else {
+                        (look_every * 2).min(POLLER_FRESH)
+                    };
+                    t
+                } else {
+                    look_every = POLLER_FRESH;
+                    turn(&port, &mut *e)
+                };
                 let now = clock.now();
                 if t.received > 0
                     && now >= no_spin_until
@@ -511,12 +586,13 @@ fn run<E: Engine>(port: Arc<NetPort>, engine: Arc<Mutex<E>>, mut poll: Poll, sha
         // With busy polling preferred and a poller at work, arrivals are
         // the poller's: the thread stops watching for them (each would
         // wake it, a context switch per packet), and looks again within
-        // POLLER_FRESH whether the poller is still there.
+        // `look_every` whether the poller is still there, and for what it
+        // missed (`Sends::Look`).
         let quiet =
             shared.prefer_busy_poll.load(Ordering::Relaxed) && poller_fresh(&shared, clock.now());
         reg.update(&poll, &port, !quiet, port.has_pending_sends());
         let deadline = if quiet {
-            let check = clock.now().saturating_add(POLLER_FRESH);
+            let check = clock.now().saturating_add(look_every);
             deadline.map(|d| d.min(check))
         } else {
             deadline

@@ -324,6 +324,9 @@ impl Qp {
         if self.shared.destroyed.swap(true, Ordering::AcqRel) {
             return Err(VerbsError::Destroyed(ObjectKind::Qp));
         }
+        // An answer a busy poller left for its next post (an ACK the peer
+        // waits for) goes before the QP that would send it is gone.
+        self.pd.dev.net.flush(&mut *e);
         e.ep.destroy_qp(self.shared.qpn)?;
         e.routes.remove(&self.shared.qpn);
         e.counts.qp -= 1;

@@ -41,10 +41,11 @@
 //!   (`rxe_net::DriverWaker::busy_poll`): receive, due timers, transmit,
 //!   only if nobody else holds the engine. So the spin never waits for a
 //!   lock and never delays the driver thread. A spin that gives up says so
-//!   ([`crate::Device::busy_poll_ended`]): with `RXE_PREFER_BUSY_POLL=1`
-//!   the driver thread stops watching the sockets while a poller is at
-//!   work, and would otherwise look again only a millisecond later, late
-//!   for the sleeper's packet.
+//!   ([`crate::Device::busy_poll_ended`]): with busy polling preferred (the
+//!   default; `RXE_PREFER_BUSY_POLL=0` turns it off) the driver thread
+//!   stops watching the sockets while a poller is at work, and would
+//!   otherwise look again only up to a millisecond later, late for the
+//!   sleeper's packet.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;

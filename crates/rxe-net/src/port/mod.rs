@@ -120,9 +120,10 @@ pub struct NetPort {
     waker: Mutex<Option<Arc<mio::Waker>>>,
     unread: AtomicBool,
     send_blocked: AtomicBool,
-    /// A busy poller's turn left the engine's sends for later
-    /// (`driver::poller_turn`); the next `flush` clears it.
-    sends_deferred: AtomicBool,
+    /// When a busy poller's turn left the engine's sends for later
+    /// (`driver::poller_turn`), in the engine clock's nanoseconds; 0: not
+    /// deferred. The next `flush` clears it.
+    deferred_at: AtomicU64,
     /// The congestion settings' IP half (`set_congestion`): whether data
     /// packets go out ECT(0).
     ect: AtomicBool,
@@ -165,7 +166,7 @@ impl NetPort {
             waker: Mutex::new(None),
             unread: AtomicBool::new(false),
             send_blocked: AtomicBool::new(false),
-            sends_deferred: AtomicBool::new(false),
+            deferred_at: AtomicU64::new(0),
             ect: AtomicBool::new(CongestionConfig::default().ecn),
             cnp_traffic_class: AtomicU8::new(CongestionConfig::default().cnp_traffic_class()),
             faults: None,
@@ -441,10 +442,21 @@ impl NetPort {
         self.send_blocked.load(Ordering::Acquire)
     }
 
-    /// Whether a turn may leave the engine's sends for later: yes, once
-    /// after each `flush`.
-    pub(crate) fn defer_sends_once(&self) -> bool {
-        !self.sends_deferred.swap(true, Ordering::Relaxed)
+    /// Whether a turn at `now` may leave the engine's sends for later:
+    /// yes, once after each `flush` (which it then notes, with `now`).
+    pub(crate) fn defer_sends_once(&self, now: rxe_core::transport::Instant) -> bool {
+        let at = now.as_nanos().max(1);
+        self.deferred_at
+            .compare_exchange(0, at, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// When the sends now waiting were left for later, if they are.
+    pub(crate) fn deferred_since(&self) -> Option<rxe_core::transport::Instant> {
+        match self.deferred_at.load(Ordering::Relaxed) {
+            0 => None,
+            t => Some(rxe_core::transport::Instant::from_nanos(t)),
+        }
     }
 
     pub(crate) fn set_waker(&self, waker: Option<Arc<mio::Waker>>) {

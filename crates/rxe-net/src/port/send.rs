@@ -25,7 +25,7 @@ impl NetPort {
         engine: &mut E,
         now: rxe_core::transport::Instant,
     ) -> usize {
-        self.sends_deferred.store(false, Ordering::Relaxed);
+        self.deferred_at.store(0, Ordering::Relaxed);
         let sent = {
             let mut tx = lock(&self.tx);
             // Nothing queued and nothing to send (every empty busy poll):

@@ -128,7 +128,7 @@ impl Gsi {
 
     /// Takes every completion of QP1 and reposts the receive buffers.
     pub fn poll(&self, out: &mut Vec<GsiRecv>) -> Result<()> {
-        while let Some(wc) = self.cq.poll_one()? {
+        while let Some(wc) = self.cq.take_one()? {
             if wc.queue == WorkQueue::Send {
                 continue;
             }

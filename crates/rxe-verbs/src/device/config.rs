@@ -72,6 +72,11 @@ pub struct DeviceConfig {
     /// one batch (`Device::kick_corked`): on unless `RXE_CORK=0`
     /// ([`DeviceConfig::default_cork`]).
     pub cork: bool,
+    /// Busy polling preferred ([`Device::set_prefer_busy_poll`]): while a
+    /// thread keeps polling the device's CQs, arrivals are left to it and
+    /// the driver thread only looks in now and then. On unless
+    /// `RXE_PREFER_BUSY_POLL=0` ([`DeviceConfig::default_prefer_busy_poll`]).
+    pub prefer_busy_poll: bool,
 }
 
 /// What a device on a target would report, read from the host without
@@ -119,7 +124,7 @@ impl DeviceConfig {
     /// A device on `target`, named `rxeN`, with every setting as the
     /// environment says (`RXE_GSO`, `RXE_ECN`, `RXE_SOURCE_PORTS`,
     /// `RXE_FAULTS`, `RXE_ADAPTIVE_RETRANS`, `RXE_SELECTIVE_RETRANS`,
-    /// `RXE_CORK`) and no capture.
+    /// `RXE_CORK`, `RXE_PREFER_BUSY_POLL`) and no capture.
     pub fn on(target: Target) -> DeviceConfig {
         DeviceConfig {
             name: None,
@@ -132,6 +137,7 @@ impl DeviceConfig {
             adaptive_retransmit: DeviceConfig::default_adaptive_retransmit(),
             selective_retransmit: DeviceConfig::default_selective_retransmit(),
             cork: DeviceConfig::default_cork(),
+            prefer_busy_poll: DeviceConfig::default_prefer_busy_poll(),
         }
     }
 
@@ -190,6 +196,13 @@ impl DeviceConfig {
     /// `RXE_CORK=0` in the environment (every post then sends at once).
     pub fn default_cork() -> bool {
         std::env::var_os("RXE_CORK").is_none_or(|v| v != "0")
+    }
+
+    /// Busy polling preferred unless told: yes, but for
+    /// `RXE_PREFER_BUSY_POLL=0` in the environment (the driver thread then
+    /// watches the sockets always, and is woken by every arrival).
+    pub fn default_prefer_busy_poll() -> bool {
+        std::env::var_os("RXE_PREFER_BUSY_POLL").is_none_or(|v| v != "0")
     }
 
     /// Whether devices use UDP GSO/GRO unless told: yes, but for

@@ -216,20 +216,18 @@ impl Device {
             })?;
         *shared.monitor.lock().unwrap() = Some(monitor);
         tracing::info!(device = %name, addrs = ?bind, mtu = %active_mtu, ?port_window, "device added");
-        if std::env::var_os("RXE_PREFER_BUSY_POLL").is_some_and(|v| v == "1") {
-            shared.set_prefer_busy_poll(true);
-        }
+        shared.set_prefer_busy_poll(config.prefer_busy_poll);
         registry::insert_device(shared.clone());
         Ok(Device(shared))
     }
 
-    /// Prefers busy polling on this device (off by default): while a
-    /// thread keeps polling one of its CQs, arrivals are left to that
-    /// thread and do not wake the driver thread. Right for a program that
-    /// polls the CQ whenever it waits; wrong for one that waits by spinning
-    /// on memory (`ib_write_lat`), whose packets would then wait about a
-    /// millisecond. `RXE_PREFER_BUSY_POLL=1` in the environment turns it
-    /// on for every device the process adds. docs/performance.md has the
+    /// Prefers busy polling on this device, or not (on unless the device
+    /// was added with [`DeviceConfig::prefer_busy_poll`] off, which
+    /// `RXE_PREFER_BUSY_POLL=0` in the environment does): while a thread
+    /// keeps polling one of its CQs, arrivals are left to that thread and
+    /// do not wake the driver thread, which only looks in now and then for
+    /// what the poller missed (a program that watches memory between its
+    /// polls, as `ib_write_lat` does). docs/performance.md has the
     /// measurements.
     pub fn set_prefer_busy_poll(&self, on: bool) {
         self.0.set_prefer_busy_poll(on);
@@ -243,6 +241,19 @@ impl Device {
     /// spin first ([`crate::SpinWait`]).
     pub fn busy_poll(&self) -> bool {
         self.0.check_live().is_ok() && self.0.waker.busy_poll(&self.0.net, &self.0.engine)
+    }
+
+    /// Sends now what the device holds back: the answers a busy poller's
+    /// turn left for its next post (busy polling preferred), and posts
+    /// still corked. They leave on their own within a millisecond or two;
+    /// a program that stops right after its last poll (`ibv_rc_pingpong`
+    /// exits once it has its last message, whose ACK its peer still waits
+    /// for) sends them here. Destroying a QP, removing the device, and a
+    /// drop-in program's exit do it.
+    pub fn flush(&self) {
+        if self.0.check_live().is_ok() {
+            self.0.kick(self.0.lock());
+        }
     }
 
     /// Tells the device that the thread which called [`Device::busy_poll`]
@@ -273,6 +284,8 @@ impl Device {
         if let Some(agent) = cm {
             agent.shutdown();
         }
+        // What a poller left for its next post goes now: there is none.
+        self.0.kick(self.0.lock());
         if let Some(d) = self.0.driver.lock().unwrap().take() {
             d.stop();
         }
@@ -594,12 +607,9 @@ impl DeviceShared {
     /// Prefer busy polling, as `SO_PREFER_BUSY_POLL` does for a socket:
     /// while a thread keeps polling a CQ of the device, the driver thread
     /// stops watching the sockets and the poller receives what arrives
-    /// (no wake-up of the driver per packet). Only for applications that
-    /// poll while they wait: one that waits by spinning on memory would
-    /// see its packets wait up to a millisecond or so for the driver's
-    /// next look (see `rxe_net::DriverWaker::set_prefer_busy_poll`).
-    /// Programs run with the drop-in libibverbs set it with the environment
-    /// variable `RXE_PREFER_BUSY_POLL=1`.
+    /// (no wake-up of the driver per packet); the driver looks in now and
+    /// then for what the poller missed (see
+    /// `rxe_net::DriverWaker::set_prefer_busy_poll`).
     pub(crate) fn set_prefer_busy_poll(&self, on: bool) {
         self.waker.set_prefer_busy_poll(on);
     }
