@@ -124,7 +124,7 @@ fn default_targets() -> Result<Vec<String>> {
 }
 
 /// Where the built libraries are.
-fn lib_dir() -> Result<PathBuf> {
+pub(crate) fn lib_dir() -> Result<PathBuf> {
     let has = |d: &Path| d.join(LIBS[0].0).exists() || d.join(LIBS[0].1).exists();
     if let Some(d) = std::env::var_os("RXE_LIB_DIR") {
         let d = PathBuf::from(d);

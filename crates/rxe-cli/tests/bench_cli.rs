@@ -1,6 +1,8 @@
 //! `rxe bench --quick`: the table's shape (not its numbers, which depend
 //! on the machine): every figure present once per baseline, every number
-//! a finite positive number, the ratio rxe / raw, each side's CPU.
+//! a finite positive number, the ratio rxe / raw, each side's CPU; with
+//! Debian's perftest installed (as the test command installs it), three
+//! more rows of `ib_write_bw` and `ib_write_lat` over the drop-in library.
 //! Addresses 127.0.0.150 to .153, TCP ports 18651 up: `rxe bench`'s own.
 
 mod support;
@@ -17,6 +19,13 @@ const FIGURES: [&str; 9] = [
     "RC WRITE 2 B round trip [us]",
     "RC WRITE 64 KiB, 1000 QPs [Gb/s]",
     "RC WRITE 1 MiB, 1 % loss [Gb/s]",
+];
+
+/// The rows of Debian's perftest over `rxe exec`, after those.
+const DROP_IN: [&str; 3] = [
+    "ib_write_bw 1 MiB over rxe exec [Gb/s]",
+    "ib_write_bw 64 B over rxe exec [M msg/s]",
+    "ib_write_lat 2 B round trip over rxe exec [us]",
 ];
 
 fn number(cell: &str, what: &str) -> f64 {
@@ -77,8 +86,21 @@ fn bench_quick_prints_every_figure_beside_its_baseline() {
         ]
     );
     let body = &rows[2..];
-    assert_eq!(body.len(), FIGURES.len(), "{}", out.text());
-    for (row, figure) in body.iter().zip(FIGURES) {
+    let perftest = ["ib_write_bw", "ib_write_lat"]
+        .iter()
+        .all(|t| std::path::Path::new("/usr/bin").join(t).exists());
+    let mut figures = FIGURES.to_vec();
+    if perftest {
+        figures.extend(DROP_IN);
+    } else {
+        assert!(
+            out.stderr.contains("no rows over rxe exec"),
+            "without perftest the bench says why: {}",
+            out.stderr
+        );
+    }
+    assert_eq!(body.len(), figures.len(), "{}", out.text());
+    for (row, &figure) in body.iter().zip(&figures) {
         assert_eq!(row.len(), 8, "{row:?}");
         assert_eq!(row[0], figure);
         let rxe = number(&row[1], figure);

@@ -5,7 +5,10 @@
 //! 127.0.0.152-155; the rxe figures ([`perf_run`]) run `rxe perf` as two
 //! child processes on 127.0.0.150 and .151, each with its own device, as
 //! a user runs perftest; [`idle_qp`] measures an idle QP's memory on
-//! 127.0.0.156. Every measurement lasts about `--duration`
+//! 127.0.0.156; with Debian's perftest on the `PATH` and the drop-in
+//! libraries built, [`perf_run::Program::Perftest`] runs `ib_write_bw`
+//! and `ib_write_lat` over rxe the way a user's unmodified program runs
+//! (`rxe exec`), on the same addresses. Every measurement lasts about `--duration`
 //! seconds (the rxe ones by an iteration count picked for it), so a run
 //! is bounded; `--quick` makes each a fraction of a second (the smoke
 //! test). The machine may be busy: compare ratios of one run, and take
@@ -23,6 +26,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
+use perf_run::Program;
 use table::{Cpu, Row};
 
 /// The raw UDP addresses (rxe's are 127.0.0.150 and .151).
@@ -58,7 +62,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     let iters = |per_sec: f64| ((per_sec * secs) as u64).max(5).to_string();
     let limit = Duration::from_secs_f64(30.0 + 10.0 * secs);
     let port = std::cell::Cell::new(TCP_PORT);
-    let perf_with = |args: &[&str], server_args: &[&str], env: &[(&str, &str)]| {
+    let run_with = |program: Program, args: &[&str], server_args: &[&str], env: &[(&str, &str)]| {
         port.set(port.get() + 1);
         let owned = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<String>>();
         let (a, sa) = (owned(args), owned(server_args));
@@ -68,8 +72,16 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         } else {
             format!(" (server {})", sa.join(" "))
         };
-        eprintln!("rxe bench: {}rxe perf {}{extra}", e.concat(), a.join(" "));
-        perf_run::run(&exe, &a, &sa, env, port.get(), limit)
+        eprintln!(
+            "rxe bench: {}{} {}{extra}",
+            e.concat(),
+            program.name(),
+            a.join(" ")
+        );
+        perf_run::run(&exe, program, &a, &sa, env, port.get(), limit)
+    };
+    let perf_with = |args: &[&str], server_args: &[&str], env: &[(&str, &str)]| {
+        run_with(Program::RxePerf, args, server_args, env)
     };
     let perf_env = |args: &[&str], env: &[(&str, &str)]| perf_with(args, &[], env);
     let perf = |args: &[&str]| perf_env(args, &[]);
@@ -244,6 +256,46 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         write_cpu,
         "rxe itself, lossless (not raw UDP)",
     ));
+    // The same figures for an unmodified program over the drop-in
+    // library, when Debian's perftest and the libraries are here.
+    match drop_in_missing() {
+        Some(why) => eprintln!("rxe bench: no rows over rxe exec: {why}"),
+        None => {
+            let tool = |t| move |args: &[&str]| run_with(Program::Perftest(t), args, &[], &[]);
+            let (bw, lat) = (tool("ib_write_bw"), tool("ib_write_lat"));
+            let n = iters(700.0);
+            let r = bw(&["-s", "1048576", "-n", &n, "--report_gbits"])?;
+            rows.push(Row::new(
+                "ib_write_bw 1 MiB over rxe exec [Gb/s]",
+                r.col(3)?,
+                gso.gbits(),
+                ">= 0.5",
+                Cpu::per_gb(r.client_cpu, r.server_cpu, r.col(1)? * mib as f64),
+                raw_gso_cpu,
+                "GSO+GRO 4128 B + CRC32",
+            ));
+            let r = bw(&["-s", "64", "-n", &iters(200_000.0)])?;
+            rows.push(Row::new(
+                "ib_write_bw 64 B over rxe exec [M msg/s]",
+                r.col(4)?,
+                small.msg_rate() / 1e6,
+                ">= 2 M/s",
+                Cpu::per_gb(r.client_cpu, r.server_cpu, r.col(1)? * 64.0),
+                Cpu::per_gb(small.tx_cpu, small.rx_cpu, small.msgs as f64 * 64.0),
+                "sendmmsg/recvmmsg 96 B + CRC32",
+            ));
+            let r = lat(&["-n", &iters(25_000.0)])?;
+            rows.push(Row::new(
+                "ib_write_lat 2 B round trip over rxe exec [us]",
+                2.0 * r.col(4)?,
+                pp.rtt.as_secs_f64() * 1e6,
+                "<= 2",
+                Cpu::per_round_trip(r.client_cpu, r.server_cpu, r.col(1)?),
+                Cpu::per_round_trip(pp.cpu_a, pp.cpu_b, pp.round_trips as f64),
+                "busy-poll ping-pong 8 B",
+            ));
+        }
+    }
     print!("{}", table::render(&rows, secs));
     println!(
         "\nIdle RC QP in RTS: {:.2} KiB each (resident-set growth over {} QPs; goal <= 16 KiB)",
@@ -251,4 +303,20 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         idle.qps
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Why the rows over the drop-in library cannot run here, if they cannot:
+/// perftest's tools are not on the `PATH`, or the libraries are not built.
+fn drop_in_missing() -> Option<String> {
+    let on_path = |tool: &str| {
+        std::env::var_os("PATH")
+            .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+    };
+    if let Some(t) = ["ib_write_bw", "ib_write_lat"]
+        .into_iter()
+        .find(|t| !on_path(t))
+    {
+        return Some(format!("{t} is not on the PATH (Debian's perftest)"));
+    }
+    crate::exec::lib_dir().err().map(|e| e.to_string())
 }

@@ -1,6 +1,8 @@
 //! The rxe side of `rxe bench`: `rxe perf` (this same executable) as a
 //! server and a client, two child processes on 127.0.0.150 and .151, as a
-//! user runs them. Each child's CPU time is what `getrusage
+//! user runs them; or one of Debian's perftest tools over the drop-in
+//! libibverbs (`rxe exec --ip .. -- ib_write_bw ..`, [`Program::Perftest`]),
+//! the same way. Each child's CPU time is what `getrusage
 //! (RUSAGE_CHILDREN)` gains when it is reaped, every thread of its device
 //! counted (driver, monitor, events), and its start-up and TCP exchange
 //! with them.
@@ -19,6 +21,24 @@ pub const SERVER_IP: &str = "127.0.0.150";
 pub const CLIENT_IP: &str = "127.0.0.151";
 /// What `rxe perf`'s server prints once it listens (as perftest does).
 const LISTENING: &str = "Waiting for client to connect";
+/// How often the server's TCP port is looked at while waiting for it.
+const LISTEN_POLL: Duration = Duration::from_millis(20);
+
+/// Whether a TCP socket of this host listens on `port` (`/proc/net/tcp`
+/// and `tcp6`: the local address's port, state 0A).
+fn tcp_listening(port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f)
+            .unwrap_or_default()
+            .lines()
+            .skip(1)
+            .any(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                f.len() > 3 && f[1].ends_with(&want) && f[3] == "0A"
+            })
+    })
+}
 
 /// One client table row and each side's CPU time.
 #[derive(Debug, Clone)]
@@ -66,27 +86,62 @@ fn lines(child: &mut Child) -> Receiver<String> {
     rx
 }
 
-/// Runs `rxe perf ARGS` as server (with `server_args` too) and client on
+/// What runs on each side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Program {
+    /// `rxe perf`, this executable's perftest.
+    RxePerf,
+    /// A perftest tool (`ib_write_bw`, `ib_write_lat`, ...) found on the
+    /// `PATH`, run over rxe's drop-in libibverbs by `rxe exec` on device
+    /// `rxe0` (GID index 0, no frequency check).
+    Perftest(&'static str),
+}
+
+impl Program {
+    /// The arguments of this executable for one side: `args`, then where
+    /// it sits and the TCP port.
+    fn argv(self, args: &[String], ip: &str, port: u16) -> Vec<String> {
+        let port = port.to_string();
+        let mut v: Vec<String> = match self {
+            Program::RxePerf => vec!["perf".into()],
+            Program::Perftest(tool) => [
+                "exec", "--ip", ip, "--", tool, "-d", "rxe0", "-x", "0", "-F",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+        };
+        v.extend(args.iter().cloned());
+        let place: &[&str] = match self {
+            Program::RxePerf => &["--ip", ip, "-p", &port, "--timeout", "20"],
+            Program::Perftest(_) => &["-p", &port],
+        };
+        v.extend(place.iter().map(|s| s.to_string()));
+        v
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Program::RxePerf => "rxe perf",
+            Program::Perftest(tool) => tool,
+        }
+    }
+}
+
+/// Runs `program ARGS` as server (with `server_args` too) and client on
 /// TCP port `port`, both with the environment variables `env`; every wait
 /// bounded by `limit`.
 pub fn run(
     exe: &Path,
+    program: Program,
     args: &[String],
     server_args: &[String],
     env: &[(&str, &str)],
     port: u16,
     limit: Duration,
 ) -> Result<PerfRun> {
-    let common = |ip: &str| {
-        let mut v = vec!["perf".to_string()];
-        v.extend(args.iter().cloned());
-        v.extend(
-            ["--ip", ip, "-p", &port.to_string(), "--timeout", "20"]
-                .iter()
-                .map(|s| s.to_string()),
-        );
-        v
-    };
+    let common = |ip: &str| program.argv(args, ip, port);
+    let name = program.name();
     let mut server = Command::new(exe)
         .args(common(SERVER_IP))
         .args(server_args)
@@ -95,16 +150,20 @@ pub fn run(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .context("cannot start the rxe perf server")?;
+        .with_context(|| format!("cannot start the {name} server"))?;
     let out = lines(&mut server);
     let mut server = Reaped(Some(server));
     let end = Instant::now() + limit;
     loop {
         let left = end.saturating_duration_since(Instant::now());
-        match out.recv_timeout(left) {
+        match out.recv_timeout(left.min(LISTEN_POLL)) {
             Ok(l) if l.contains(LISTENING) => break,
             Ok(_) => {}
-            Err(RecvTimeoutError::Timeout) => bail!("the rxe perf server did not listen"),
+            // A C program's stdout is a buffered pipe here: perftest's
+            // banner comes at its exit. Its socket tells.
+            Err(RecvTimeoutError::Timeout) if tcp_listening(port) => break,
+            Err(RecvTimeoutError::Timeout) if Instant::now() < end => {}
+            Err(RecvTimeoutError::Timeout) => bail!("the {name} server did not listen"),
             Err(RecvTimeoutError::Disconnected) => {
                 let err = server
                     .0
@@ -112,7 +171,7 @@ pub fn run(
                     .and_then(|c| c.wait_with_output().ok())
                     .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
                     .unwrap_or_default();
-                bail!("the rxe perf server ended: {}", err.trim());
+                bail!("the {name} server ended: {}", err.trim());
             }
         }
     }
@@ -126,16 +185,16 @@ pub fn run(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .context("cannot start the rxe perf client")?;
+        .with_context(|| format!("cannot start the {name} client"))?;
     let mut client = Reaped(Some(client));
-    let c = wait(&mut client, end)?;
+    let c = wait(&mut client, end, name)?;
     let after_client = cpu::children();
-    let s = wait(&mut server, end)?;
+    let s = wait(&mut server, end, name)?;
     let after_server = cpu::children();
     let text = String::from_utf8_lossy(&c.stdout);
     if !c.status.success() || !s.status.success() {
         bail!(
-            "rxe perf {} failed: client {}, server {}: {}",
+            "{name} {} failed: client {}, server {}: {}",
             args.join(" "),
             c.status,
             s.status,
@@ -152,7 +211,7 @@ pub fn run(
 /// Waits for a child until `end`, then kills it. Its pipes are drained
 /// meanwhile: `rxe perf -q 1000` prints a line per QP, more than a pipe
 /// holds, and would block on a full one.
-fn wait(child: &mut Reaped, end: Instant) -> Result<std::process::Output> {
+fn wait(child: &mut Reaped, end: Instant, name: &str) -> Result<std::process::Output> {
     let Some(mut c) = child.0.take() else {
         bail!("no child")
     };
@@ -178,7 +237,7 @@ fn wait(child: &mut Reaped, end: Instant) -> Result<std::process::Output> {
             None if Instant::now() >= end => {
                 let _ = c.kill();
                 let _ = c.wait();
-                bail!("rxe perf did not finish in time");
+                bail!("{name} did not finish in time");
             }
             None => std::thread::sleep(Duration::from_millis(5)),
         }
@@ -201,6 +260,53 @@ pub fn table_row(text: &str) -> Option<Vec<f64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_side_runs_its_program_where_it_sits() {
+        let args = ["-s".to_string(), "64".to_string()];
+        assert_eq!(
+            Program::RxePerf.argv(&args, "127.0.0.150", 18660),
+            [
+                "perf",
+                "-s",
+                "64",
+                "--ip",
+                "127.0.0.150",
+                "-p",
+                "18660",
+                "--timeout",
+                "20"
+            ]
+        );
+        assert_eq!(
+            Program::Perftest("ib_write_bw").argv(&args, "127.0.0.151", 18661),
+            [
+                "exec",
+                "--ip",
+                "127.0.0.151",
+                "--",
+                "ib_write_bw",
+                "-d",
+                "rxe0",
+                "-x",
+                "0",
+                "-F",
+                "-s",
+                "64",
+                "-p",
+                "18661"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_listening_socket_is_seen() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        assert!(tcp_listening(port));
+        drop(l);
+        assert!(!tcp_listening(port));
+    }
 
     #[test]
     fn the_row_under_the_header_is_read_and_nothing_else() {
