@@ -17,12 +17,12 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant as StdInstant};
 
-use rxe_core::transport::{AddressVector, Instant, RecvMeta, Transmit, ECN_ECT0};
+use rxe_core::transport::{AddressVector, Transmit, ECN_ECT0};
 use rxe_core::wire::icrc;
 use rxe_core::wire::{BthRepr, ExtReprs, IcrcScope, Opcode, TransportRepr};
 use rxe_core::Gid;
 use rxe_net::encap::{self, OpenOptions, RecvInfo};
-use rxe_net::{Clock, Engine, NetCounter, NetPort, Offload};
+use rxe_net::{Clock, NetCounter, NetPort, Offload, Outgoing};
 use rxe_pcap::CaptureReader;
 
 const LOCAL: Ipv4Addr = Ipv4Addr::new(10, 97, 0, 1);
@@ -33,42 +33,29 @@ fn sh(cmd: &str) {
     assert!(st.success(), "`{cmd}` failed");
 }
 
-/// An engine that sends a fixed list of packets (BTH .. ICRC) to PEER.
-struct Script {
-    packets: Vec<(Vec<u8>, u8)>,
-    next: usize,
-}
-
-impl Engine for Script {
-    fn handle(&mut self, _: Instant, _: &RecvMeta, _: &[u8]) {}
-
-    fn poll_transmit(&mut self, _: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        let (p, tos) = self.packets.get(self.next)?;
-        self.next += 1;
+/// Hands the port a fixed list of packets (BTH .. ICRC) to PEER, from
+/// LOCAL, as an engine's `poll_transmit` would, each with its TOS.
+fn script(packets: &[(Vec<u8>, u8)]) -> impl FnMut(&mut [u8]) -> Option<Outgoing> + '_ {
+    let mut next = packets.iter();
+    move |buf| {
+        let (p, tos) = next.next()?;
         buf[..p.len()].copy_from_slice(p);
-        Some(Transmit {
-            len: p.len(),
-            dest: AddressVector {
-                dgid: Gid::from(IpAddr::V4(PEER)),
-                sgid_index: 0,
-                hop_limit: 64,
-                traffic_class: *tos,
-                flow_label: 0,
-                sl: 0,
-                src_port: None,
+        Some(Outgoing {
+            transmit: Transmit {
+                len: p.len(),
+                dest: AddressVector {
+                    dgid: Gid::from(IpAddr::V4(PEER)),
+                    sgid_index: 0,
+                    hop_limit: 64,
+                    traffic_class: *tos,
+                    flow_label: 0,
+                    sl: 0,
+                    src_port: None,
+                },
+                src_qpn: 0x11,
             },
-            src_qpn: 0x11,
+            source: Some(Gid::from(IpAddr::V4(LOCAL))),
         })
-    }
-
-    fn poll_timeout(&mut self) -> Option<Instant> {
-        None
-    }
-
-    fn handle_timeout(&mut self, _: Instant) {}
-
-    fn source_gid(&self, sgid_index: u8) -> Option<Gid> {
-        (sgid_index == 0).then(|| Gid::from(IpAddr::V4(LOCAL)))
     }
 }
 
@@ -168,11 +155,7 @@ fn inner_gso_ids() {
 
     let port = NetPort::new(Clock::new()).with_offload(Offload::BOTH);
     port.add_address(IpAddr::V4(LOCAL)).unwrap();
-    let mut engine = Script {
-        packets: packets.clone(),
-        next: 0,
-    };
-    assert_eq!(port.flush(&mut engine), packets.len());
+    assert_eq!(port.flush(script(&packets)), packets.len());
     let c = port.counters();
     assert_eq!(c.get(NetCounter::GsoFallback), 0, "{:?}", c.snapshot());
     // Messages of several packets: the 41, the 3 and the 2.

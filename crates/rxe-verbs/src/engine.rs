@@ -1,6 +1,7 @@
 //! The device's engine: the transport endpoint of its port, the MR table it
 //! reaches memory through, the GID table, and where each QP's completions
-//! go. It is what [`rxe_net::Engine`] drives, under the device's lock.
+//! go. It is what the device's driver ([`crate::driver::Engine`]) drives,
+//! under the device's lock.
 
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -142,7 +143,7 @@ impl DeviceEngine {
     }
 }
 
-impl rxe_net::Engine for DeviceEngine {
+impl crate::driver::Engine for DeviceEngine {
     fn handle(&mut self, now: Instant, meta: &RecvMeta, packet: &[u8]) {
         self.ep.handle(now, meta, packet, &mut self.mem);
     }

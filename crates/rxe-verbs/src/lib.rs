@@ -38,6 +38,7 @@ pub mod cm;
 pub mod connect;
 pub mod cq;
 pub mod device;
+pub mod driver;
 mod engine;
 pub mod error;
 pub mod event;

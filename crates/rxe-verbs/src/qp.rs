@@ -326,7 +326,7 @@ impl Qp {
         }
         // An answer a busy poller left for its next post (an ACK the peer
         // waits for) goes before the QP that would send it is gone.
-        self.pd.dev.net.flush(&mut *e);
+        self.pd.dev.flush_locked(&mut e);
         e.ep.destroy_qp(self.shared.qpn)?;
         e.routes.remove(&self.shared.qpn);
         e.counts.qp -= 1;

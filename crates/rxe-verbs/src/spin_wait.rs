@@ -38,7 +38,7 @@
 //!   apart spins 50 µs per sleep. `docs/performance.md` has the
 //!   measurements.
 //! - **What a spin turn is.** The same turn as an empty `poll_cq`
-//!   (`rxe_net::DriverWaker::busy_poll`): receive, due timers, transmit,
+//!   (`crate::driver::DriverWaker::busy_poll`): receive, due timers, transmit,
 //!   only if nobody else holds the engine. So the spin never waits for a
 //!   lock and never delays the driver thread. A spin that gives up says so
 //!   ([`crate::Device::busy_poll_ended`]): with busy polling preferred (the

@@ -24,10 +24,13 @@
 //! from. With `n` = 0, or if no port could be bound, everything leaves
 //! from port 4791 as before.
 //!
-//! The caller holds the engine's lock around `flush` and `receive`: the
+//! The port knows nothing of engines: `flush` takes packets from a
+//! closure (the device's `poll_transmit`) and `receive` hands each intact
+//! packet to one (the device's `handle`). The device that drives the port
+//! (rxe-verbs' `driver`) holds its engine's lock around both: the
 //! application thread calls `flush` right after a post (lowest latency),
-//! the driver thread calls both. The port's own buffers sit behind their
-//! own mutexes, which are then never contended.
+//! the driver thread and busy pollers call both. The port's own buffers
+//! sit behind their own mutexes, which are then never contended.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr, SocketAddrV6};
@@ -38,7 +41,6 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use crate::clock::Clock;
 use crate::counters::{NetCounter, NetCounters};
 use crate::encap::{self, OpenOptions, RecvInfo, WireHeaders, DEFAULT_HOP_LIMIT, MIN_PACKET};
-use crate::engine::Engine;
 use crate::fault::{Fate, FaultState, Faults};
 use crate::gso;
 
@@ -46,9 +48,11 @@ use crate::socket::{
     Offload, RoceSocket, RxBatch, RxMeta, TxBatch, GRO_SLOT_LEN, MAX_BATCH, MAX_IOV, ROCE_V2_PORT,
 };
 use crate::tap::PcapTap;
-use rxe_core::transport::{CongestionConfig, RecvMeta};
+use rxe_core::transport::{CongestionConfig, RecvMeta, Transmit};
+use rxe_core::Gid;
 
 mod receive;
+pub use receive::Received;
 mod send;
 
 /// Room for the largest packet: 4096 bytes of payload, BTH and extended
@@ -78,6 +82,17 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 struct SourcePorts {
     ip: IpAddr,
     sockets: Vec<Arc<RoceSocket>>,
+}
+
+/// A packet for [`NetPort::flush`]: what the engine's `poll_transmit`
+/// wrote into the slot it was given (BTH..ICRC, the ICRC left zero), and
+/// the GID its `sgid_index` names in the device's table, the address it
+/// leaves from (`None`: the table has no such entry; the packet is dropped
+/// and counted, `sent_no_source_gid`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outgoing {
+    pub transmit: Transmit,
+    pub source: Option<Gid>,
 }
 
 /// Where a queued packet goes out, beyond its destination.
@@ -120,10 +135,6 @@ pub struct NetPort {
     waker: Mutex<Option<Arc<mio::Waker>>>,
     unread: AtomicBool,
     send_blocked: AtomicBool,
-    /// When a busy poller's turn left the engine's sends for later
-    /// (`driver::poller_turn`), in the engine clock's nanoseconds; 0: not
-    /// deferred. The next `flush` clears it.
-    deferred_at: AtomicU64,
     /// The congestion settings' IP half (`set_congestion`): whether data
     /// packets go out ECT(0).
     ect: AtomicBool,
@@ -166,7 +177,6 @@ impl NetPort {
             waker: Mutex::new(None),
             unread: AtomicBool::new(false),
             send_blocked: AtomicBool::new(false),
-            deferred_at: AtomicU64::new(0),
             ect: AtomicBool::new(CongestionConfig::default().ecn),
             cnp_traffic_class: AtomicU8::new(CongestionConfig::default().cnp_traffic_class()),
             faults: None,
@@ -442,24 +452,10 @@ impl NetPort {
         self.send_blocked.load(Ordering::Acquire)
     }
 
-    /// Whether a turn at `now` may leave the engine's sends for later:
-    /// yes, once after each `flush` (which it then notes, with `now`).
-    pub(crate) fn defer_sends_once(&self, now: rxe_core::transport::Instant) -> bool {
-        let at = now.as_nanos().max(1);
-        self.deferred_at
-            .compare_exchange(0, at, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-    }
-
-    /// When the sends now waiting were left for later, if they are.
-    pub(crate) fn deferred_since(&self) -> Option<rxe_core::transport::Instant> {
-        match self.deferred_at.load(Ordering::Relaxed) {
-            0 => None,
-            t => Some(rxe_core::transport::Instant::from_nanos(t)),
-        }
-    }
-
-    pub(crate) fn set_waker(&self, waker: Option<Arc<mio::Waker>>) {
+    /// The waker of the thread that drives the port (its driver): woken
+    /// when an address comes or goes and when a send found a socket's
+    /// buffer full, so that it registers for what it must wait for.
+    pub fn set_waker(&self, waker: Option<Arc<mio::Waker>>) {
         *lock(&self.waker) = waker;
     }
 

@@ -1,26 +1,20 @@
 //! `NetPort::receive`: wire -> engine. Every socket is read in `recvmmsg`
 //! batches, GRO datagrams split into their packets, each packet's ICRC
 //! checked against the headers rebuilt from what the kernel reported, and
-//! the good ones handed to the engine.
+//! the good ones handed over.
 
 use super::*;
+use rxe_core::transport::Instant;
 use rxe_core::wire::Opcode;
 
 impl NetPort {
     /// Reads every socket in `recvmmsg` batches (at most
     /// [`MAX_RECV_BATCHES`] per socket, see `has_unread`), checks each
-    /// datagram's ICRC and hands the good ones to `engine.handle`. Calls
-    /// `after_batch` at the end. Returns the packets handed over.
-    pub fn receive<E: Engine + ?Sized>(&self, engine: &mut E) -> usize {
-        let delivered = self.receive_only(engine).packets;
-        engine.after_batch();
-        delivered
-    }
-
-    /// [`NetPort::receive`] without the `after_batch` call, for a caller
-    /// that calls it itself soon after (the driver's turn: after `flush`,
-    /// see `driver::turn`).
-    pub(crate) fn receive_only<E: Engine + ?Sized>(&self, engine: &mut E) -> Received {
+    /// datagram's ICRC and hands each good packet (BTH..ICRC) to
+    /// `handle`, with when its batch was received and what the headers
+    /// said of it: the engine's `handle`, as the device drives it.
+    pub fn receive(&self, mut handle: impl FnMut(Instant, &RecvMeta, &[u8])) -> Received {
+        let handle = &mut handle;
         {
             let mut rx = lock(&self.rx);
             let sockets = self.sockets.read().unwrap_or_else(PoisonError::into_inner);
@@ -29,7 +23,7 @@ impl NetPort {
             // batches and sockets (they are kept with what they were built
             // for, the local address included).
             let mut to = Delivery {
-                now: rxe_core::transport::Instant::ZERO,
+                now: Instant::ZERO,
                 requests: 0,
                 headers: None,
             };
@@ -56,14 +50,14 @@ impl NetPort {
                             continue;
                         };
                         if m.segment.is_none() || m.truncated {
-                            delivered += self.deliver(engine, sock, m, bytes, &mut to);
+                            delivered += self.deliver(handle, sock, m, bytes, &mut to);
                             continue;
                         }
                         // Coalesced by UDP GRO: each segment is a packet
                         // of its own, with the datagram's TTL and TOS.
                         self.counters.inc(NetCounter::RcvdGroDatagrams);
                         for seg in gso::segments(bytes, m.segment) {
-                            delivered += self.deliver(engine, sock, m, seg, &mut to);
+                            delivered += self.deliver(handle, sock, m, seg, &mut to);
                         }
                     }
                     if n < rx.offered() {
@@ -76,7 +70,7 @@ impl NetPort {
             }
             self.unread.store(unread, Ordering::Release);
             Received {
-                packets: delivered + self.release_held(engine),
+                packets: delivered + self.release_held(handle),
                 requests: to.requests,
             }
         }
@@ -84,15 +78,15 @@ impl NetPort {
 
     /// Hands an intact packet to the engine, through the fault layer when
     /// there is one (`fault` module). Returns the packets handed over.
-    fn hand_over<E: Engine + ?Sized>(
+    fn hand_over(
         &self,
-        engine: &mut E,
-        now: rxe_core::transport::Instant,
+        handle: &mut impl FnMut(Instant, &RecvMeta, &[u8]),
+        now: Instant,
         meta: &RecvMeta,
         packet: &[u8],
     ) -> usize {
         let Some(faults) = &self.faults else {
-            engine.handle(now, meta, packet);
+            handle(now, meta, packet);
             return 1;
         };
         let fate = lock(faults).fate();
@@ -110,33 +104,33 @@ impl NetPort {
                     return 0;
                 }
                 drop(held);
-                engine.handle(now, meta, packet);
+                handle(now, meta, packet);
             }
             Fate::Duplicate => {
                 c.inc(NetCounter::FaultDuplicated);
-                engine.handle(now, meta, packet);
-                engine.handle(now, meta, packet);
+                handle(now, meta, packet);
+                handle(now, meta, packet);
             }
-            Fate::Deliver => engine.handle(now, meta, packet),
+            Fate::Deliver => handle(now, meta, packet),
         }
-        1 + self.release_held(engine)
+        1 + self.release_held(handle)
     }
 
     /// The packet held back to reorder, after the one that overtook it.
-    fn release_held<E: Engine + ?Sized>(&self, engine: &mut E) -> usize {
+    fn release_held(&self, handle: &mut impl FnMut(Instant, &RecvMeta, &[u8])) -> usize {
         if self.faults.is_none() {
             return 0;
         }
         let Some((meta, packet)) = lock(&self.held).take() else {
             return 0;
         };
-        engine.handle(self.clock.now(), &meta, &packet);
+        handle(self.clock.now(), &meta, &packet);
         1
     }
 
-    fn deliver<E: Engine + ?Sized>(
+    fn deliver(
         &self,
-        engine: &mut E,
+        handle: &mut impl FnMut(Instant, &RecvMeta, &[u8]),
         sock: &RoceSocket,
         m: &RxMeta,
         bytes: &[u8],
@@ -174,7 +168,7 @@ impl NetPort {
                     .info()
                     .is_some_and(|i| i.operation.is_request());
                 to.requests += usize::from(request);
-                self.hand_over(engine, to.now, &o.meta, o.packet)
+                self.hand_over(handle, to.now, &o.meta, o.packet)
             }
             Err(e) => {
                 c.inc(e.rx_counter());
@@ -200,16 +194,16 @@ impl NetPort {
 /// What `deliver` needs from the receive loop around it.
 struct Delivery {
     /// When the batch being delivered was received.
-    now: rxe_core::transport::Instant,
+    now: Instant,
     /// Of the intact packets, those a requester sent.
     requests: usize,
     /// The headers of the last packet, for the next one (`deliver`).
     headers: Option<(RecvInfo, WireHeaders)>,
 }
 
-/// What one receive handed to the engine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Received {
+/// What one receive handed over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Received {
     /// Packets, through the fault layer.
     pub packets: usize,
     /// Of the intact packets, those a requester sent (not ACKs, READ

@@ -7,107 +7,92 @@ use rxe_core::transport::{data_traffic_class, ECN_ECT0, ECN_MASK};
 use rxe_core::wire::Opcode;
 
 impl NetPort {
-    /// Drains the engine's `poll_transmit` into the send slots, fills each
-    /// packet's ICRC for the headers the kernel will write, and sends in
-    /// `sendmmsg` batches from the socket of the packet's source GID to
-    /// UDP port 4791 of its destination GID. When a socket's buffer is full
-    /// the packets stay queued and the engine is not asked for more until
-    /// they are out (see `has_pending_sends`). Calls `after_batch` at the
-    /// end. Returns the packets handed to the kernel.
-    pub fn flush<E: Engine + ?Sized>(&self, engine: &mut E) -> usize {
-        self.flush_at(engine, self.clock.now())
-    }
-
-    /// [`NetPort::flush`] at `now`, which the caller has just read from
-    /// the port's clock (a busy poll reads it once a turn).
-    pub fn flush_at<E: Engine + ?Sized>(
-        &self,
-        engine: &mut E,
-        now: rxe_core::transport::Instant,
-    ) -> usize {
-        self.deferred_at.store(0, Ordering::Relaxed);
-        let sent = {
-            let mut tx = lock(&self.tx);
-            // Nothing queued and nothing to send (every empty busy poll):
-            // found without the socket tables' locks, a third of this
-            // call's own cost in an empty poll (`perf annotate`). Else the
-            // packet waits in its free slot, which stays the same until a
-            // commit.
-            let mut polled = None;
-            if tx.batch.is_empty() {
-                if let Some((_, slot)) = tx.batch.free_slot() {
-                    match engine.poll_transmit(now, slot) {
-                        Some(t) => polled = Some(t),
-                        None => {
-                            self.send_blocked.store(false, Ordering::Release);
-                            drop(tx);
-                            engine.after_batch();
-                            return 0;
-                        }
+    /// Takes packets from `next` into the send slots until it has none
+    /// (or a socket's buffer is full), fills each packet's ICRC for the
+    /// headers the kernel will write, and sends in `sendmmsg` batches from
+    /// the socket of the packet's source GID to UDP port 4791 of its
+    /// destination GID. `next` is the engine's `poll_transmit` as the
+    /// device drives it: it writes one packet (BTH..ICRC, the ICRC left
+    /// zero) into the slot it is given and says where it goes. When a
+    /// socket's buffer is full the packets stay queued and `next` is not
+    /// called again until they are out (see `has_pending_sends`). Returns
+    /// the packets handed to the kernel.
+    pub fn flush(&self, mut next: impl FnMut(&mut [u8]) -> Option<Outgoing>) -> usize {
+        let mut tx = lock(&self.tx);
+        // Nothing queued and nothing to send (every empty busy poll):
+        // found without the socket tables' locks, a third of this call's
+        // own cost in an empty poll (`perf annotate`). Else the packet
+        // waits in its free slot, which stays the same until a commit.
+        let mut polled = None;
+        if tx.batch.is_empty() {
+            if let Some((_, slot)) = tx.batch.free_slot() {
+                match next(slot) {
+                    Some(t) => polled = Some(t),
+                    None => {
+                        self.send_blocked.store(false, Ordering::Release);
+                        return 0;
                     }
                 }
             }
-            let sockets = self.sockets.read().unwrap_or_else(PoisonError::into_inner);
-            let src_sockets = self
-                .src_sockets
-                .read()
-                .unwrap_or_else(PoisonError::into_inner);
-            let sockets = Sockets {
-                main: &sockets,
-                by_port: &src_sockets,
-            };
-            let mut sent = 0;
-            let mut blocked = self.send_queued(&mut tx, &sockets, &mut sent);
-            while !blocked {
-                let mut engine_has_more = true;
-                while let Some((i, slot)) = tx.batch.free_slot() {
-                    let Some(t) = polled.take().or_else(|| engine.poll_transmit(now, slot)) else {
-                        engine_has_more = false;
-                        break;
-                    };
-                    if let Some(q) = self.stage(engine, &sockets, t, slot) {
-                        tx.slots[i] = q.0;
-                        tx.sealed[i] = None;
-                        if !tx.batch.commit(t.len, q.1) {
-                            self.counters.inc(NetCounter::SentBadLength);
-                        }
-                    }
-                }
-                blocked = self.send_queued(&mut tx, &sockets, &mut sent);
-                if !engine_has_more {
-                    break;
-                }
-            }
-            if blocked {
-                if !self.send_blocked.swap(true, Ordering::AcqRel) {
-                    // The driver must now wait for writability.
-                    self.wake_driver();
-                }
-            } else {
-                self.send_blocked.store(false, Ordering::Release);
-            }
-            sent
+        }
+        let sockets = self.sockets.read().unwrap_or_else(PoisonError::into_inner);
+        let src_sockets = self
+            .src_sockets
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        let sockets = Sockets {
+            main: &sockets,
+            by_port: &src_sockets,
         };
-        engine.after_batch();
+        let mut sent = 0;
+        let mut blocked = self.send_queued(&mut tx, &sockets, &mut sent);
+        while !blocked {
+            let mut more = true;
+            while let Some((i, slot)) = tx.batch.free_slot() {
+                let Some(out) = polled.take().or_else(|| next(slot)) else {
+                    more = false;
+                    break;
+                };
+                if let Some(q) = self.stage(&sockets, out, slot) {
+                    tx.slots[i] = q.0;
+                    tx.sealed[i] = None;
+                    if !tx.batch.commit(out.transmit.len, q.1) {
+                        self.counters.inc(NetCounter::SentBadLength);
+                    }
+                }
+            }
+            blocked = self.send_queued(&mut tx, &sockets, &mut sent);
+            if !more {
+                break;
+            }
+        }
+        if blocked {
+            if !self.send_blocked.swap(true, Ordering::AcqRel) {
+                // Whoever drives the port must now wait for writability.
+                self.wake_driver();
+            }
+        } else {
+            self.send_blocked.store(false, Ordering::Release);
+        }
         sent
     }
 
-    /// Checks one engine packet and picks its socket (its ICRC is sealed in
+    /// Checks one packet and picks its socket (its ICRC is sealed in
     /// `send_queued`, once its place in a GSO run is known); `None`
     /// (counted) drops it.
-    fn stage<E: Engine + ?Sized>(
+    fn stage(
         &self,
-        engine: &E,
         sockets: &Sockets<'_>,
-        t: rxe_core::transport::Transmit,
+        out: Outgoing,
         slot: &mut [u8],
     ) -> Option<(TxSlot, SocketAddr)> {
         let c = &self.counters;
+        let t = out.transmit;
         let Some(packet) = slot.get_mut(..t.len).filter(|p| p.len() >= MIN_PACKET) else {
             c.inc(NetCounter::SentBadLength);
             return None;
         };
-        let Some(sgid) = engine.source_gid(t.dest.sgid_index) else {
+        let Some(sgid) = out.source else {
             c.inc(NetCounter::SentNoSourceGid);
             return None;
         };
@@ -475,44 +460,27 @@ mod tests {
         assert_eq!(runs(&l, true), (vec![0..1, 1..2, 2..3], None));
     }
 
-    /// Sends a fixed list of packets to one GID.
-    struct Emit(Vec<Vec<u8>>, Gid);
-
-    impl Engine for Emit {
-        fn handle(
-            &mut self,
-            _: rxe_core::transport::Instant,
-            _: &rxe_core::transport::RecvMeta,
-            _: &[u8],
-        ) {
-        }
-        fn poll_transmit(
-            &mut self,
-            _: rxe_core::transport::Instant,
-            buf: &mut [u8],
-        ) -> Option<rxe_core::transport::Transmit> {
-            let p = self.0.pop()?;
+    /// Hands out a fixed list of packets to one GID, as an engine would.
+    fn emit(mut packets: Vec<Vec<u8>>, dgid: Gid) -> impl FnMut(&mut [u8]) -> Option<Outgoing> {
+        move |buf| {
+            let p = packets.pop()?;
             buf[..p.len()].copy_from_slice(&p);
-            Some(rxe_core::transport::Transmit {
-                len: p.len(),
-                dest: rxe_core::transport::AddressVector {
-                    dgid: self.1,
-                    sgid_index: 0,
-                    hop_limit: 64,
-                    traffic_class: 0,
-                    flow_label: 0,
-                    sl: 0,
-                    src_port: None,
+            Some(Outgoing {
+                transmit: rxe_core::transport::Transmit {
+                    len: p.len(),
+                    dest: rxe_core::transport::AddressVector {
+                        dgid,
+                        sgid_index: 0,
+                        hop_limit: 64,
+                        traffic_class: 0,
+                        flow_label: 0,
+                        sl: 0,
+                        src_port: None,
+                    },
+                    src_qpn: 1,
                 },
-                src_qpn: 1,
+                source: Some(Gid::from(IpAddr::from([127, 0, 0, 170]))),
             })
-        }
-        fn poll_timeout(&mut self) -> Option<rxe_core::transport::Instant> {
-            None
-        }
-        fn handle_timeout(&mut self, _: rxe_core::transport::Instant) {}
-        fn source_gid(&self, i: u8) -> Option<Gid> {
-            (i == 0).then(|| Gid::from(IpAddr::from([127, 0, 0, 170])))
         }
     }
 
@@ -539,8 +507,7 @@ mod tests {
         .unwrap();
         let rx = RoceSocket::bind(b, 47911).unwrap();
         let packets: Vec<Vec<u8>> = (0..4u8).map(|i| vec![i; 100]).collect();
-        let mut e = Emit(packets.clone(), Gid::from(b));
-        assert_eq!(port.flush(&mut e), 4);
+        assert_eq!(port.flush(emit(packets.clone(), Gid::from(b))), 4);
         let c = port.counters();
         assert_eq!(c.get(NetCounter::GsoFallback), 1, "{:?}", c.snapshot());
         assert_eq!(c.get(NetCounter::SentGsoMsgs), 0);

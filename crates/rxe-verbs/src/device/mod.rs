@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use rxe_core::transport::{CongestionConfig, Endpoint, PathMtu, QpCaps};
 use rxe_core::Gid;
-use rxe_net::{Clock, Driver, DriverWaker, NetPort, Offload, PcapTap};
+use rxe_net::{Clock, NetPort, Offload, PcapTap};
+
+use crate::driver::{Driver, DriverWaker, Engine as _};
 
 use crate::attr::{DeviceAttr, GidEntry, GidType, LinkLayer, PortAttr, PortState};
 use crate::client::{ClientData, ClientId};
@@ -527,12 +529,18 @@ impl DeviceShared {
     pub(crate) fn kick(&self, mut e: MutexGuard<'_, DeviceEngine>) {
         e.corked = 0;
         e.dispatch();
-        self.net.flush(&mut *e);
-        let deadline = rxe_net::Engine::poll_timeout(&mut *e);
+        self.flush_locked(&mut e);
+        let deadline = e.poll_timeout();
         drop(e);
         self.waker.notify_deadline(deadline);
         // The driver may have skipped a turn while we held the lock.
         self.waker.after_unlock();
+    }
+
+    /// Sends what the engine has now, on this thread (the device's one
+    /// way down to the wire: `driver::flush`).
+    pub(crate) fn flush_locked(&self, e: &mut MutexGuard<'_, DeviceEngine>) -> usize {
+        self.waker.flush(&self.net, &mut **e)
     }
 
     /// After a posted receive: deliver completions (one posted in ERR is
@@ -590,7 +598,7 @@ impl DeviceShared {
         }
         let now = self.net.clock().now();
         let cork_end = now.saturating_add(CORK_DELAY);
-        let deadline = rxe_net::Engine::poll_timeout(&mut *e).map_or(cork_end, |d| d.min(cork_end));
+        let deadline = e.poll_timeout().map_or(cork_end, |d| d.min(cork_end));
         drop(e);
         // With busy polling preferred and a poller at work, its next turn
         // sends the batch, and the driver thread looks in within
@@ -609,14 +617,14 @@ impl DeviceShared {
     /// stops watching the sockets and the poller receives what arrives
     /// (no wake-up of the driver per packet); the driver looks in now and
     /// then for what the poller missed (see
-    /// `rxe_net::DriverWaker::set_prefer_busy_poll`).
+    /// `crate::driver::DriverWaker::set_prefer_busy_poll`).
     pub(crate) fn set_prefer_busy_poll(&self, on: bool) {
         self.waker.set_prefer_busy_poll(on);
     }
 
     /// Busy-poll progress (as NAPI busy polling does for sockets): a
     /// thread that polls an empty CQ takes the driver's turn itself
-    /// (receive, due timers, transmit: `rxe_net::driver::turn`), if nobody
+    /// (receive, due timers, transmit: `driver::turn`), if nobody
     /// else is in the engine at this moment, instead of waiting for the
     /// driver thread to be scheduled. On a loaded machine that wait is a
     /// scheduler time slice, milliseconds.

@@ -1,7 +1,8 @@
-//! What the device drives: the transport engine of one port, behind the
-//! narrow interface the driver loop needs. The verbs layer implements it
-//! (engine, memory tables, GID table, completion dispatch);
-//! [`EndpointEngine`] is the small implementation tests and tools use.
+//! What the driver drives: the transport engine of one port, behind the
+//! narrow interface the driver needs. The device's `DeviceEngine`
+//! implements it (the endpoint, the MR table, the GID table, completion
+//! dispatch); [`EndpointEngine`] is the small implementation tests use,
+//! and the driver's own tests script others.
 
 use rxe_core::transport::{
     AsyncEvent, Endpoint, Instant, RecvMeta, Transmit, VecMemory, WorkCompletion,

@@ -8,8 +8,8 @@ use rxe_core::transport::{AddressVector, RecvMeta, Transmit};
 use rxe_core::Gid;
 
 use super::*;
-use crate::encap::{seal, WireHeaders};
-use crate::Clock;
+use rxe_net::encap::{seal, WireHeaders};
+use rxe_net::Clock;
 
 /// RC SEND Only (a request) and RC Acknowledge (a response).
 const SEND_ONLY: u8 = 0x04;
@@ -74,9 +74,9 @@ fn answers(peer: &UdpSocket) -> usize {
 
 /// A turn that receives something (loopback delivers during `send_to`,
 /// so the first turn does; a few more are allowed for a slow machine).
-fn receiving_turn(port: &NetPort, e: &mut Answer, sends: Sends) -> Turn {
+fn receiving_turn(port: &NetPort, d: &Deferral, e: &mut Answer, sends: Sends) -> Turn {
     for _ in 0..100 {
-        let t = poller_turn(port, e, sends, None);
+        let t = poller_turn(port, e, d, sends, None);
         if t.received > 0 {
             return t;
         }
@@ -89,6 +89,7 @@ fn receiving_turn(port: &NetPort, e: &mut Answer, sends: Sends) -> Turn {
 fn a_pollers_turn_leaves_the_answer_to_a_request_for_the_next_turn_once() {
     let (me, them) = (v4(1), v4(2));
     let port = NetPort::new(Clock::new());
+    let d = Deferral::default();
     port.add_address(me).unwrap();
     let peer = UdpSocket::bind(SocketAddr::new(them, 4791)).unwrap();
     peer.set_nonblocking(true).unwrap();
@@ -100,37 +101,37 @@ fn a_pollers_turn_leaves_the_answer_to_a_request_for_the_next_turn_once() {
 
     // A request: its answer waits for the next turn (or a post's flush).
     send(&peer, dst, SEND_ONLY);
-    assert!(receiving_turn(&port, &mut e, Sends::Poller).sends_deferred);
+    assert!(receiving_turn(&port, &d, &mut e, Sends::Poller).sends_deferred);
     assert_eq!(answers(&peer), 0);
-    let t = poller_turn(&port, &mut e, Sends::Poller, None);
+    let t = poller_turn(&port, &mut e, &d, Sends::Poller, None);
     assert!(!t.sends_deferred);
     assert_eq!(answers(&peer), 1);
 
     // Only once in a row: a second request before any flush goes at once,
     // with the first's answer.
     send(&peer, dst, SEND_ONLY);
-    assert!(receiving_turn(&port, &mut e, Sends::Poller).sends_deferred);
+    assert!(receiving_turn(&port, &d, &mut e, Sends::Poller).sends_deferred);
     send(&peer, dst, SEND_ONLY);
-    assert!(!receiving_turn(&port, &mut e, Sends::Poller).sends_deferred);
+    assert!(!receiving_turn(&port, &d, &mut e, Sends::Poller).sends_deferred);
     assert_eq!(answers(&peer), 2);
 
     // Only ACKs (a stream's sender, whose window they open): at once.
     send(&peer, dst, ACK);
-    assert!(!receiving_turn(&port, &mut e, Sends::Poller).sends_deferred);
+    assert!(!receiving_turn(&port, &d, &mut e, Sends::Poller).sends_deferred);
     assert_eq!(answers(&peer), 1);
 
     // Many packets (a stream's receiver): at once.
     for _ in 0..=DEFER_MAX_RECEIVED {
         send(&peer, dst, SEND_ONLY);
     }
-    let t = receiving_turn(&port, &mut e, Sends::Poller);
+    let t = receiving_turn(&port, &d, &mut e, Sends::Poller);
     assert_eq!(t.received, DEFER_MAX_RECEIVED + 1);
     assert!(!t.sends_deferred);
     assert_eq!(answers(&peer), DEFER_MAX_RECEIVED + 1);
 
     // Busy polling not preferred (and the driver thread's turns): never.
     send(&peer, dst, SEND_ONLY);
-    assert!(!receiving_turn(&port, &mut e, Sends::Now).sends_deferred);
+    assert!(!receiving_turn(&port, &d, &mut e, Sends::Now).sends_deferred);
     assert_eq!(answers(&peer), 1);
 }
 
@@ -142,6 +143,7 @@ fn a_pollers_turn_leaves_the_answer_to_a_request_for_the_next_turn_once() {
 fn the_threads_look_leaves_a_young_deferral_for_the_pollers_post() {
     let (me, them) = (v4(3), v4(4));
     let port = NetPort::new(Clock::new());
+    let d = Deferral::default();
     port.add_address(me).unwrap();
     let peer = UdpSocket::bind(SocketAddr::new(them, 4791)).unwrap();
     peer.set_nonblocking(true).unwrap();
@@ -154,18 +156,18 @@ fn the_threads_look_leaves_a_young_deferral_for_the_pollers_post() {
     // A request the poller missed: the look defers its answer as the
     // poller's turn would.
     send(&peer, dst, SEND_ONLY);
-    assert!(receiving_turn(&port, &mut e, Sends::Look).sends_deferred);
-    let deferred = port.deferred_since().expect("noted when deferred");
+    assert!(receiving_turn(&port, &d, &mut e, Sends::Look).sends_deferred);
+    let deferred = d.since().expect("noted when deferred");
     assert_eq!(answers(&peer), 0);
 
     // The next look, soon after: still waiting for the poller's post.
-    let t = poller_turn(&port, &mut e, Sends::Look, None);
+    let t = poller_turn(&port, &mut e, &d, Sends::Look, None);
     if port.clock().now().saturating_since(deferred) < DEFER_BOUND {
         assert!(t.sends_deferred);
         assert_eq!(answers(&peer), 0);
         std::thread::sleep(DEFER_BOUND);
         // Waited long enough: the look sends it.
-        let t = poller_turn(&port, &mut e, Sends::Look, None);
+        let t = poller_turn(&port, &mut e, &d, Sends::Look, None);
         assert!(!t.sends_deferred);
     } else {
         // A slow machine took longer than the bound between the two
@@ -173,17 +175,17 @@ fn the_threads_look_leaves_a_young_deferral_for_the_pollers_post() {
         assert!(!t.sends_deferred);
     }
     assert_eq!(answers(&peer), 1);
-    assert_eq!(port.deferred_since(), None, "a flush clears the note");
+    assert_eq!(d.since(), None, "a flush clears the note");
 
     // A poller's own next turn sends at once what it deferred (one turn
     // at most), which a look would have kept.
     send(&peer, dst, SEND_ONLY);
-    assert!(receiving_turn(&port, &mut e, Sends::Poller).sends_deferred);
-    assert!(!poller_turn(&port, &mut e, Sends::Poller, None).sends_deferred);
+    assert!(receiving_turn(&port, &d, &mut e, Sends::Poller).sends_deferred);
+    assert!(!poller_turn(&port, &mut e, &d, Sends::Poller, None).sends_deferred);
     assert_eq!(answers(&peer), 1);
 
     // The thread's own turn (no poller at work) never defers.
     send(&peer, dst, SEND_ONLY);
-    assert!(!receiving_turn(&port, &mut e, Sends::Now).sends_deferred);
+    assert!(!receiving_turn(&port, &d, &mut e, Sends::Now).sends_deferred);
     assert_eq!(answers(&peer), 1);
 }

@@ -1,4 +1,12 @@
-//! The driver thread: feeds received packets and time into the engine and
+//! The device's driver: the one place that moves packets between its
+//! port (rxe-net's `NetPort`: the sockets, host I/O only) and its engine
+//! (the transport endpoint with its memory and GID table, behind
+//! [`Engine`]). Every packet goes down `flush` (engine → port) once and
+//! up `NetPort::receive` (port → engine) once, on whichever thread drives:
+//! a verb that posted ([`DriverWaker::flush`]), a busy poller
+//! ([`DriverWaker::busy_poll`]), or the driver thread.
+//!
+//! The driver thread feeds received packets and time into the engine and
 //! sends what it emits, then sleeps until a socket is readable (or, with
 //! packets queued, writable), it is woken, or the engine's next deadline.
 //!
@@ -47,9 +55,11 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
 use rxe_core::transport::Instant;
 
-use crate::engine::Engine;
-use crate::port::NetPort;
-use crate::socket::RoceSocket;
+use rxe_net::{NetCounter, NetPort, Outgoing, RoceSocket};
+
+pub use engine::{EndpointEngine, Engine};
+
+mod engine;
 
 const WAKE_TOKEN: Token = Token(usize::MAX);
 /// The published deadline while the thread is awake (it will read the
@@ -116,6 +126,60 @@ struct Shared {
     missed: AtomicBool,
     /// See [`DriverWaker::set_prefer_busy_poll`].
     prefer_busy_poll: AtomicBool,
+    /// The answers a poller's turn left for its post ([`Sends`]).
+    deferral: Deferral,
+}
+
+/// When a busy poller's turn left the engine's sends for later
+/// ([`Sends::Poller`]), in the engine clock's nanoseconds; 0: not
+/// deferred. Every [`flush`] clears it.
+#[derive(Debug, Default)]
+pub struct Deferral(AtomicU64);
+
+impl Deferral {
+    /// Whether a turn at `now` may leave the engine's sends for later:
+    /// yes, once after each flush (which it then notes, with `now`).
+    fn defer_once(&self, now: Instant) -> bool {
+        let at = now.as_nanos().max(1);
+        self.0
+            .compare_exchange(0, at, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// When the sends now waiting were left for later, if they are.
+    pub fn since(&self) -> Option<Instant> {
+        match self.0.load(Ordering::Relaxed) {
+            0 => None,
+            t => Some(Instant::from_nanos(t)),
+        }
+    }
+
+    fn clear(&self) {
+        self.0.store(0, Ordering::Relaxed);
+    }
+}
+
+/// Sends what the engine has (its `poll_transmit` at `now`, each packet
+/// from the address its `sgid_index` names in the engine's GID table),
+/// then `after_batch` (completions to their CQs: after the ACKs are out).
+/// Every send of the device goes through here, so that it ends any
+/// deferral. Returns the packets handed to the kernel.
+pub fn flush<E: Engine + ?Sized>(
+    port: &NetPort,
+    e: &mut E,
+    now: Instant,
+    deferral: &Deferral,
+) -> usize {
+    deferral.clear();
+    let sent = port.flush(|buf| {
+        let transmit = e.poll_transmit(now, buf)?;
+        Some(Outgoing {
+            source: e.source_gid(transmit.dest.sgid_index),
+            transmit,
+        })
+    });
+    e.after_batch();
+    sent
 }
 
 /// Wakes the driver thread; cheap to clone, usable from any thread.
@@ -201,6 +265,12 @@ impl DriverWaker {
         }
     }
 
+    /// Sends what the engine has now ([`flush`]) on the caller's thread:
+    /// a verb's kick, right after a post.
+    pub fn flush<E: Engine + ?Sized>(&self, port: &NetPort, e: &mut E) -> usize {
+        flush(port, e, port.clock().now(), &self.shared.deferral)
+    }
+
     /// One busy-poll turn on the caller's thread (NAPI busy polling, in
     /// user space): if nobody holds the engine, [`turn`] (receive, due
     /// timers, transmit) and tell the thread the deadline. A thread that
@@ -225,7 +295,14 @@ impl DriverWaker {
         for k in 0..2 {
             // A second turn comes after the first one's work: it reads
             // the clock again.
-            let d = poller_turn(port, &mut *e, sends, (k == 0).then_some(now)).deadline;
+            let d = poller_turn(
+                port,
+                &mut *e,
+                &self.shared.deferral,
+                sends,
+                (k == 0).then_some(now),
+            )
+            .deadline;
             drop(e);
             self.notify_deadline(d);
             fence(Ordering::SeqCst);
@@ -283,8 +360,8 @@ pub struct Turn {
 /// does) woke the waiter while this turn still held the engine lock to send
 /// the ACK, and the waiter's first verb then slept on that lock (seen with
 /// `strace -f` on `ibv_rc_pingpong -e`: a futex wait and wake per message).
-pub fn turn<E: Engine + ?Sized>(port: &NetPort, e: &mut E) -> Turn {
-    poller_turn(port, e, Sends::Now, None)
+pub fn turn<E: Engine + ?Sized>(port: &NetPort, e: &mut E, deferral: &Deferral) -> Turn {
+    poller_turn(port, e, deferral, Sends::Now, None)
 }
 
 /// A poller's turn that received more packets than this is a stream's,
@@ -347,10 +424,11 @@ enum Sends {
 fn poller_turn<E: Engine + ?Sized>(
     port: &NetPort,
     e: &mut E,
+    deferral: &Deferral,
     sends: Sends,
     polled_at: Option<Instant>,
 ) -> Turn {
-    let got = port.receive_only(e);
+    let got = port.receive(|now, meta, packet| e.handle(now, meta, packet));
     let now = match polled_at {
         Some(t) if got.packets == 0 => t,
         _ => port.clock().now(),
@@ -361,23 +439,23 @@ fn poller_turn<E: Engine + ?Sized>(
     let answers_wait = sends != Sends::Now
         && got.requests > 0
         && got.packets <= DEFER_MAX_RECEIVED
-        && port.defer_sends_once(now);
+        && deferral.defer_once(now);
     let still_waiting = sends == Sends::Look
-        && port
-            .deferred_since()
+        && deferral
+            .since()
             .is_some_and(|t| now.saturating_since(t) < DEFER_BOUND);
     let sends_deferred = answers_wait || still_waiting;
     let c = port.counters();
     if answers_wait {
-        c.inc(crate::NetCounter::AnswersDeferred);
+        c.inc(NetCounter::AnswersDeferred);
     }
     if sends == Sends::Look && got.packets > 0 {
-        c.add(crate::NetCounter::LookRcvdPkts, got.packets as u64);
+        c.add(NetCounter::LookRcvdPkts, got.packets as u64);
     }
     if sends_deferred {
         e.after_batch();
     } else {
-        port.flush_at(e, now);
+        flush(port, e, now, deferral);
     }
     let received = got.packets;
     Turn {
@@ -410,6 +488,7 @@ impl Driver {
             polled_at: AtomicU64::new(0),
             missed: AtomicBool::new(false),
             prefer_busy_poll: AtomicBool::new(false),
+            deferral: Deferral::default(),
         });
         port.set_waker(Some(waker));
         let (p, s) = (port.clone(), shared.clone());
@@ -538,7 +617,7 @@ fn run<E: Engine>(port: Arc<NetPort>, engine: Arc<Mutex<E>>, mut poll: Poll, sha
                 let look = shared.prefer_busy_poll.load(Ordering::Relaxed)
                     && poller_fresh(&shared, clock.now());
                 let t = if look {
-                    let t = poller_turn(&port, &mut *e, Sends::Look, None);
+                    let t = poller_turn(&port, &mut *e, &shared.deferral, Sends::Look, None);
                     look_every = if t.received > 0 {
                         (look_every / 4).max(LOOK_MIN)
                     } else {
@@ -547,7 +626,7 @@ fn run<E: Engine>(port: Arc<NetPort>, engine: Arc<Mutex<E>>, mut poll: Poll, sha
                     t
                 } else {
                     look_every = POLLER_FRESH;
-                    turn(&port, &mut *e)
+                    turn(&port, &mut *e, &shared.deferral)
                 };
                 let now = clock.now();
                 if t.received > 0
@@ -559,7 +638,7 @@ fn run<E: Engine>(port: Arc<NetPort>, engine: Arc<Mutex<E>>, mut poll: Poll, sha
                 if spin_until.is_some_and(|s| now < s) {
                     // Awake: a post need not wake the thread.
                     drop(e);
-                    port.counters().inc(crate::NetCounter::DriverSpinTurns);
+                    port.counters().inc(NetCounter::DriverSpinTurns);
                     shared.sleep_until.store(AWAKE, Ordering::SeqCst);
                     std::thread::yield_now();
                     let back = clock.now();
@@ -666,5 +745,4 @@ fn lock_or_note<'a, E>(
 }
 
 #[cfg(test)]
-#[path = "driver_tests.rs"]
 mod tests;

@@ -17,8 +17,9 @@ use rxe_core::transport::{
 use rxe_core::wire::dissect::dissect;
 use rxe_core::Gid;
 use rxe_net::netif::{interface_for_addr, mtu_to_ib};
-use rxe_net::{Clock, Driver, DriverWaker, EndpointEngine, NetCounter, NetPort, Offload, PcapTap};
+use rxe_net::{Clock, NetCounter, NetPort, Offload, PcapTap};
 use rxe_pcap::CaptureReader;
+use rxe_verbs::driver::{Driver, DriverWaker, EndpointEngine};
 
 struct Dev {
     ip: IpAddr,
@@ -70,7 +71,7 @@ impl Dev {
     fn with<R>(&self, f: impl FnOnce(&mut EndpointEngine) -> R) -> R {
         let mut e = self.lock();
         let r = f(&mut e);
-        self.port.flush(&mut *e);
+        self.waker.flush(&self.port, &mut *e);
         let d = e.endpoint.poll_timeout();
         drop(e);
         self.waker.notify_deadline(d);
