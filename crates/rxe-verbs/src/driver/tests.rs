@@ -85,19 +85,29 @@ fn receiving_turn(port: &NetPort, d: &Deferral, e: &mut Answer, sends: Sends) ->
     panic!("nothing arrived");
 }
 
-#[test]
-fn a_pollers_turn_leaves_the_answer_to_a_request_for_the_next_turn_once() {
-    let (me, them) = (v4(1), v4(2));
+/// A port on `me` with its deferral, a peer socket on `them` (port 4791,
+/// non-blocking), the port's address, and an engine that answers.
+fn setup(me: IpAddr, them: IpAddr) -> (NetPort, Deferral, UdpSocket, SocketAddr, Answer) {
     let port = NetPort::new(Clock::new());
-    let d = Deferral::default();
     port.add_address(me).unwrap();
     let peer = UdpSocket::bind(SocketAddr::new(them, 4791)).unwrap();
     peer.set_nonblocking(true).unwrap();
-    let dst = SocketAddr::new(me, 4791);
-    let mut e = Answer {
+    let e = Answer {
         gids: vec![Gid::from(me)],
         to: VecDeque::new(),
     };
+    (
+        port,
+        Deferral::default(),
+        peer,
+        SocketAddr::new(me, 4791),
+        e,
+    )
+}
+
+#[test]
+fn a_pollers_turn_leaves_the_answer_to_a_request_for_the_next_turn_once() {
+    let (port, d, peer, dst, mut e) = setup(v4(1), v4(2));
 
     // A request: its answer waits for the next turn (or a post's flush).
     send(&peer, dst, SEND_ONLY);
@@ -141,17 +151,7 @@ fn a_pollers_turn_leaves_the_answer_to_a_request_for_the_next_turn_once() {
 /// than `DEFER_BOUND`, and sends it after.
 #[test]
 fn the_threads_look_leaves_a_young_deferral_for_the_pollers_post() {
-    let (me, them) = (v4(3), v4(4));
-    let port = NetPort::new(Clock::new());
-    let d = Deferral::default();
-    port.add_address(me).unwrap();
-    let peer = UdpSocket::bind(SocketAddr::new(them, 4791)).unwrap();
-    peer.set_nonblocking(true).unwrap();
-    let dst = SocketAddr::new(me, 4791);
-    let mut e = Answer {
-        gids: vec![Gid::from(me)],
-        to: VecDeque::new(),
-    };
+    let (port, d, peer, dst, mut e) = setup(v4(3), v4(4));
 
     // A request the poller missed: the look defers its answer as the
     // poller's turn would.
