@@ -7,9 +7,11 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use rxe_core::transport::{AddressVector, RecvMeta, Transmit};
 use rxe_core::Gid;
 
+use super::turn::{poller_turn, Sends, DEFER_BOUND, DEFER_MAX_RECEIVED};
 use super::*;
 use rxe_net::encap::{seal, WireHeaders};
 use rxe_net::Clock;
+use rxe_net::NetPort;
 
 /// RC SEND Only (a request) and RC Acknowledge (a response).
 const SEND_ONLY: u8 = 0x04;
