@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use perf_run::Program;
+use perf_run::{PerfRun, Program};
 use table::{Cpu, Row};
 
 /// The raw UDP addresses (rxe's are 127.0.0.150 and .151).
@@ -158,46 +158,51 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         "GSO+GRO 4128 B + CRC32",
     ));
 
+    // A 64-byte WRITE row (MsgRate, column 4, against sendmmsg of 96 B)
+    // and a round-trip row (perftest's t_typical, column 4, is half the
+    // round trip; column 1 the iterations): rxe perf's and perftest's
+    // over the drop-in library alike.
+    let small_row = |figure, goal, r: &PerfRun| -> Result<Row> {
+        Ok(Row::new(
+            figure,
+            r.col(4)?,
+            small.msg_rate() / 1e6,
+            goal,
+            Cpu::per_gb(r.client_cpu, r.server_cpu, r.col(1)? * 64.0),
+            Cpu::per_gb(small.tx_cpu, small.rx_cpu, small.msgs as f64 * 64.0),
+            "sendmmsg/recvmmsg 96 B + CRC32",
+        ))
+    };
+    let rtt_row = |figure, r: &PerfRun| -> Result<Row> {
+        Ok(Row::new(
+            figure,
+            2.0 * r.col(4)?,
+            pp.rtt.as_secs_f64() * 1e6,
+            "<= 2",
+            Cpu::per_round_trip(r.client_cpu, r.server_cpu, r.col(1)?),
+            Cpu::per_round_trip(pp.cpu_a, pp.cpu_b, pp.round_trips as f64),
+            "busy-poll ping-pong 8 B",
+        ))
+    };
+
     let n = iters(200_000.0);
     let r = perf(&["write", "-s", "64", "-n", &n])?;
-    let msgs = r.col(1)?;
-    let rate = r.col(4)?; // Mpps
-    rows.push(Row::new(
+    rows.push(small_row(
         "RC WRITE 64 B pipelined [M msg/s]",
-        rate,
-        small.msg_rate() / 1e6,
         ">= 2 M/s",
-        Cpu::per_gb(r.client_cpu, r.server_cpu, msgs * 64.0),
-        Cpu::per_gb(small.tx_cpu, small.rx_cpu, small.msgs as f64 * 64.0),
-        "sendmmsg/recvmmsg 96 B + CRC32",
-    ));
+        &r,
+    )?);
     // The same with the server's device busy polling (`rxe perf --busy`):
     // its driver thread no longer sleeps between batches, for a core.
     let r = perf_with(&["write", "-s", "64", "-n", &n], &["--busy"], &[])?;
-    rows.push(Row::new(
+    rows.push(small_row(
         "RC WRITE 64 B pipelined, server --busy [M msg/s]",
-        r.col(4)?,
-        small.msg_rate() / 1e6,
         "",
-        Cpu::per_gb(r.client_cpu, r.server_cpu, r.col(1)? * 64.0),
-        Cpu::per_gb(small.tx_cpu, small.rx_cpu, small.msgs as f64 * 64.0),
-        "sendmmsg/recvmmsg 96 B + CRC32",
-    ));
+        &r,
+    )?);
 
-    let n = iters(25_000.0);
-    let r = perf(&["write", "--lat", "-n", &n])?;
-    // perftest reports half the round trip; the median ("typical").
-    let rtt = 2.0 * r.col(4)?;
-    let rts = r.col(1)?;
-    rows.push(Row::new(
-        "RC WRITE 2 B round trip [us]",
-        rtt,
-        pp.rtt.as_secs_f64() * 1e6,
-        "<= 2",
-        Cpu::per_round_trip(r.client_cpu, r.server_cpu, rts),
-        Cpu::per_round_trip(pp.cpu_a, pp.cpu_b, pp.round_trips as f64),
-        "busy-poll ping-pong 8 B",
-    ));
+    let r = perf(&["write", "--lat", "-n", &iters(25_000.0)])?;
+    rows.push(rtt_row("RC WRITE 2 B round trip [us]", &r)?);
     // Against rxe itself: many QPs against one, loss against none.
     let kib64 = 65536.0;
     let one = perf(&[
@@ -275,25 +280,16 @@ pub fn run(args: &Args) -> Result<ExitCode> {
                 "GSO+GRO 4128 B + CRC32",
             ));
             let r = bw(&["-s", "64", "-n", &iters(200_000.0)])?;
-            rows.push(Row::new(
+            rows.push(small_row(
                 "ib_write_bw 64 B over rxe exec [M msg/s]",
-                r.col(4)?,
-                small.msg_rate() / 1e6,
                 ">= 2 M/s",
-                Cpu::per_gb(r.client_cpu, r.server_cpu, r.col(1)? * 64.0),
-                Cpu::per_gb(small.tx_cpu, small.rx_cpu, small.msgs as f64 * 64.0),
-                "sendmmsg/recvmmsg 96 B + CRC32",
-            ));
+                &r,
+            )?);
             let r = lat(&["-n", &iters(25_000.0)])?;
-            rows.push(Row::new(
+            rows.push(rtt_row(
                 "ib_write_lat 2 B round trip over rxe exec [us]",
-                2.0 * r.col(4)?,
-                pp.rtt.as_secs_f64() * 1e6,
-                "<= 2",
-                Cpu::per_round_trip(r.client_cpu, r.server_cpu, r.col(1)?),
-                Cpu::per_round_trip(pp.cpu_a, pp.cpu_b, pp.round_trips as f64),
-                "busy-poll ping-pong 8 B",
-            ));
+                &r,
+            )?);
         }
     }
     print!("{}", table::render(&rows, secs));

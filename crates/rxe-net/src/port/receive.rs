@@ -202,7 +202,7 @@ struct Delivery {
 }
 
 /// What one receive handed over.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Received {
     /// Packets, through the fault layer.
     pub packets: usize,

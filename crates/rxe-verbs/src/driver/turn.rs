@@ -97,7 +97,8 @@ pub(super) const DEFER_MAX_RECEIVED: usize = 2;
 /// Sends a poller's turn left for its next post (see [`Sends::Look`]) are
 /// sent by the thread's look once they have waited this long: a poller
 /// that stopped without posting delays its peer's completions by at most
-/// this and one look.
+/// this and one look, far inside the ACK delay a requester's timer allows
+/// for (IBTA 9.7.6.1.3; the device reports `local_ca_ack_delay` 15, 134 ms).
 pub(super) const DEFER_BOUND: Duration = Duration::from_micros(500);
 
 /// What a turn does with what the engine has to send.
