@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test command: installs what the tests need, then format, lints,
+# The test command: installs what the tests need, then format, lints, docs,
 # every test in the workspace, and the interop tests against the kernel's
 # Soft-RoCE in a QEMU guest (scripts/interop.sh).
 set -euo pipefail
@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
+# The API documentation builds without a broken or private link.
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --quiet
 # The memory shared with the device, under Miri (skipped without nightly).
 bash scripts/miri.sh
 log=$(mktemp)

@@ -129,7 +129,7 @@ pub fn connect(qp: &Qp, dest_qpn: u32, dgid: Gid, sq_psn: u32, rq_psn: u32) {
     connect_with(qp, dest_qpn, dgid, sq_psn, rq_psn, 0, all_access());
 }
 
-/// As [`connect`], with a P_Key index and QP access flags.
+/// As [`connect()`], with a P_Key index and QP access flags.
 pub fn connect_with(
     qp: &Qp,
     dest_qpn: u32,

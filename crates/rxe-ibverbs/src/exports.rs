@@ -1,6 +1,6 @@
 //! How a Rust function becomes a libibverbs symbol.
 //!
-//! [`export!`] defines `extern "C" fn NAME`, its exported shim
+//! `export!` defines `extern "C" fn NAME`, its exported shim
 //! `__rxe_NAME` and a `.symver` line
 //! that makes it `NAME@@VERSION` (the version script libibverbs.map
 //! declares the nodes). The body runs inside [`guard`]: a panic is caught,

@@ -4,7 +4,7 @@
 //! (QP1 answers from then on), and keeps one PD per device, the PD an ID
 //! gets when it is bound to the device (`id->pd`). At the process's exit
 //! it ends the connections the way the kernel's CM would after the
-//! program had gone ([`leave_at_exit`]).
+//! program had gone (`leave_at_exit`).
 
 use std::ffi::c_int;
 use std::sync::{Condvar, Mutex, Once, TryLockError};
@@ -52,10 +52,10 @@ static EXITING: (Mutex<Exiting>, Condvar) = (Mutex::new(Exiting::No), Condvar::n
 /// only delayed.
 const HOLD_AFTER: Duration = Duration::from_secs(1);
 
-/// Once the process lingers in [`leave_at_exit`], a thread of the program
+/// Once the process lingers in `leave_at_exit`, a thread of the program
 /// that comes to wait for a CM event, or is woken with one, waits here:
 /// until the process ends under it, as it would have at once without the
-/// linger, or [`HOLD_AFTER`] past the linger. The program's main thread
+/// linger, or `HOLD_AFTER` past the linger. The program's main thread
 /// has returned and may have freed what its other threads still use:
 /// Debian's rping destroys its event channel without joining the thread
 /// that reads it, and that thread, woken by the DREP the linger waited

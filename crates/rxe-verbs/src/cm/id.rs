@@ -566,7 +566,7 @@ impl CmId {
 
     /// `rdma_listen`: REQs for the bound port become `ConnectRequest`s,
     /// at most `backlog` of them waiting to be taken from the channel (0,
-    /// negative or above [`MAX_BACKLOG`]: that); a request beyond is left
+    /// negative or above `MAX_BACKLOG`: that); a request beyond is left
     /// unanswered, so that its resend may find room, as in the kernel. A
     /// wildcard-bound ID listens on every device there is now.
     pub fn listen(&self, backlog: i32) -> Result<()> {

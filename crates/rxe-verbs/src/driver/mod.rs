@@ -25,9 +25,9 @@
 //! A passive side (no application thread polls: a WRITE or READ target
 //! whose application waits on something else) keeps the thread awake
 //! while its traffic lasts: after a turn that received packets it turns
-//! again, yielding in between, for [`SPIN`] past the last arrival before
+//! again, yielding in between, for `SPIN` past the last arrival before
 //! it sleeps in epoll again, as NAPI polls while busy; not while a yield
-//! shows another thread waiting for the core ([`SPIN_CONTENDED`]).
+//! shows another thread waiting for the core (`SPIN_CONTENDED`).
 //!
 //! Busy polling ([`DriverWaker::busy_poll`]): an application thread that
 //! finds its CQ empty does the same [`turn`] itself, so a poll loop does
@@ -41,7 +41,7 @@
 //! (`poller_turn`): the application sees what came one system call
 //! sooner, and the ACK leaves with its next post. The thread then does
 //! not watch the sockets at all while the poller is at work: it looks in
-//! now and then (every [`LOOK_MIN`] to [`POLLER_FRESH`]) and treats what
+//! now and then (every `LOOK_MIN` to `POLLER_FRESH`) and treats what
 //! the poller missed as the poller would (`Sends::Look`).
 //!
 //! Files: `turn` (what one turn does, on any thread, and the one way

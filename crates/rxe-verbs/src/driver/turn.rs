@@ -11,7 +11,7 @@ use rxe_net::{NetCounter, NetPort, Outgoing};
 use super::Engine;
 
 /// When a busy poller's turn left the engine's sends for later
-/// ([`Sends::Poller`]), in the engine clock's nanoseconds; 0: not
+/// (`Sends::Poller`), in the engine clock's nanoseconds; 0: not
 /// deferred. Every [`flush`] clears it.
 #[derive(Debug, Default)]
 pub struct Deferral(AtomicU64);

@@ -56,7 +56,7 @@ impl DriverWaker {
     /// A busy poller stops (a completion wait whose spin ended without its
     /// event, about to sleep): the thread no longer counts it as at work,
     /// and with busy polling preferred it is woken to watch the sockets
-    /// again now, not within [`POLLER_FRESH`] (else the sleeper's next
+    /// again now, not within `POLLER_FRESH` (else the sleeper's next
     /// packet would wait for that look). Another poller still at work
     /// counts again at its next poll.
     pub fn poller_left(&self) {
@@ -78,7 +78,7 @@ impl DriverWaker {
     }
 
     /// Whether busy polling is preferred and a poller is at work, so that
-    /// the thread only looks in every [`POLLER_FRESH`].
+    /// the thread only looks in every `POLLER_FRESH`.
     pub fn poller_at_work(&self, now: Instant) -> bool {
         self.shared.prefer_busy_poll.load(Ordering::Relaxed) && poller_fresh(&self.shared, now)
     }
@@ -101,7 +101,7 @@ impl DriverWaker {
     }
 
     /// One busy-poll turn on the caller's thread (NAPI busy polling, in
-    /// user space): if nobody holds the engine, [`turn`] (receive, due
+    /// user space): if nobody holds the engine, [`turn`](super::turn()) (receive, due
     /// timers, transmit) and tell the thread the deadline. A thread that
     /// polls an empty CQ calls it, so that a poll loop makes progress
     /// without waiting for the driver thread to be scheduled. Returns

@@ -185,7 +185,7 @@ pub enum MsgOp {
     Sgl,
     /// Bits 15..0: the I/O map entry just updated.
     IomapSgl,
-    /// Bits 28..0: a [`Ctrl`] code.
+    /// Bits 28..0: a control code (`CTRL_DISCONNECT`, ...).
     Ctrl,
     /// A plain RDMA WRITE into a mapped area (`riowrite`); never sent as
     /// an immediate, only the work request's own tag.
