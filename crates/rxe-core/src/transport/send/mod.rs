@@ -19,3 +19,4 @@ mod segment;
 mod tests;
 
 pub(crate) use requester::Requester;
+pub(crate) use requester::MAX_UNACKED_PSNS;

@@ -119,7 +119,7 @@ use crate::transport::wr::{SendData, SendOp, SendWr, WcStatus, WorkCompletion, W
 /// go-back-N collapse, every timeout resending more than it could take
 /// in one ACK timeout. A READ request counts for one packet when it is
 /// sent, however many PSNs it takes.
-pub(super) const MAX_UNACKED_PSNS: u32 = 128;
+pub(crate) const MAX_UNACKED_PSNS: u32 = 128;
 /// The window towards a peer that holds what arrives after a gap
 /// (`peer_holds`, `recv::reorder`): twice as many, so that while one lost
 /// packet's resend is answered a second window of new packets goes out
