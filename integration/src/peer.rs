@@ -152,11 +152,17 @@ pub fn guest_waitport(port: u16, secs: u32) -> bool {
 
 /// Runs `rxe ARGS` in the namespace, bounded by `secs`.
 pub fn rxe_in_netns(args: &[String], secs: u64) -> std::process::Child {
+    rxe_in_netns_with(args, secs, &[])
+}
+
+/// As [`rxe_in_netns`], with `env` added to rxe's environment.
+pub fn rxe_in_netns_with(args: &[String], secs: u64, env: &[(&str, &str)]) -> std::process::Child {
     Command::new("timeout")
         .arg(secs.to_string())
         .args(["ip", "netns", "exec", NETNS])
         .arg(rxe_bin())
         .args(args)
+        .envs(env.iter().copied())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()

@@ -9,7 +9,6 @@
 //!
 //! Ignored by a plain `cargo test`; `scripts/interop.sh` runs them.
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use rxe_integration::peer::*;
@@ -238,18 +237,7 @@ fn gso_segments_pass_the_kernels_icrc_check() {
             .map(str::to_string)
             .collect();
         let what = format!("{tool} {opts}, rxe on {our_ip}");
-        let rxe = |args: &[String]| {
-            Command::new("timeout")
-                .arg("200")
-                .args(["ip", "netns", "exec", NETNS])
-                .arg(rxe_bin())
-                .args(args)
-                .env("RXE_ADAPTIVE_RETRANS", "0")
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("ip netns exec")
-        };
+        let rxe = |args: &[String]| rxe_in_netns_with(args, 200, &[("RXE_ADAPTIVE_RETRANS", "0")]);
         let before = guest_view();
         let rxe_out = if rxe_serves {
             let server = rxe(&args);

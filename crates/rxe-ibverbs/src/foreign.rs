@@ -70,15 +70,11 @@ impl ForeignBytes {
     /// fifth of `ib_write_bw`'s samples, twice the device's own.
     fn span(&self, offset: usize, len: usize) -> Span<'_> {
         let start = self.at(offset);
-        let head = (start as usize).wrapping_neg() % 8;
-        let head = head.min(len);
-        let whole = (len - head) / 8;
+        let head = ((start as usize).wrapping_neg() % 8).min(len);
         Span {
             start,
             head,
-            first_word: start.wrapping_add(head).cast::<AtomicU64>(),
-            whole,
-            tail: start.wrapping_add(head + whole * 8),
+            whole: (len - head) / 8,
             _bytes: std::marker::PhantomData,
         }
     }
@@ -87,10 +83,10 @@ impl ForeignBytes {
 /// See [`ForeignBytes::span`].
 struct Span<'a> {
     start: *mut u8,
+    /// Bytes before the first aligned word.
     head: usize,
-    first_word: *mut AtomicU64,
+    /// Whole words after them.
     whole: usize,
-    tail: *mut u8,
     _bytes: std::marker::PhantomData<&'a ForeignBytes>,
 }
 
@@ -99,12 +95,18 @@ impl<'a> Span<'a> {
         if self.whole == 0 {
             return &[];
         }
-        // SAFETY: first_word is 8-aligned (past the head) and the whole
-        // words lie inside the region (the caller checked offset..offset+len),
+        let first = self.start.wrapping_add(self.head).cast::<AtomicU64>();
+        // SAFETY: `first` is 8-aligned (past the head) and the whole words
+        // lie inside the region (the caller checked offset..offset+len),
         // which the contract keeps valid while the ForeignBytes this borrows
         // lives; AtomicU64 has u64's size and alignment, and every access
         // from Rust to these bytes is atomic.
-        unsafe { std::slice::from_raw_parts(self.first_word, self.whole) }
+        unsafe { std::slice::from_raw_parts(first, self.whole) }
+    }
+
+    /// The first byte after the whole words.
+    fn tail(&self) -> *mut u8 {
+        self.start.wrapping_add(self.head + self.whole * 8)
     }
 }
 
@@ -132,7 +134,7 @@ impl RegionBytes for ForeignBytes {
         }
         for (i, d) in chunks.into_remainder().iter_mut().enumerate() {
             // SAFETY: as for the head.
-            *d = unsafe { AtomicU8::from_ptr(span.tail.wrapping_add(i)) }.load(Relaxed);
+            *d = unsafe { AtomicU8::from_ptr(span.tail().wrapping_add(i)) }.load(Relaxed);
         }
         Ok(())
     }
@@ -153,7 +155,7 @@ impl RegionBytes for ForeignBytes {
         }
         for (i, &b) in chunks.remainder().iter().enumerate() {
             // SAFETY: as in read.
-            unsafe { AtomicU8::from_ptr(span.tail.wrapping_add(i)) }.store(b, Relaxed);
+            unsafe { AtomicU8::from_ptr(span.tail().wrapping_add(i)) }.store(b, Relaxed);
         }
         Ok(())
     }
